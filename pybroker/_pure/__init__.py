@@ -1,0 +1,1 @@
+"""Pure-Python twins of the native core: same functions, same errors, slower."""

@@ -1,0 +1,1 @@
+"""typing.Protocol definitions that the native core and its pure twins both satisfy."""

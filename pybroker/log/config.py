@@ -1,0 +1,83 @@
+"""Per-log settings under Kafka's topic-level names (and the broker-level ``log.*`` defaults)."""
+from dataclasses import dataclass, fields
+
+NO_LIMIT = -1
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024              # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000               # segment.ms / log.roll.ms
+    segment_index_bytes: int = 10 * 1024 * 1024          # segment.index.bytes / log.index.size.max.bytes
+    index_interval_bytes: int = 4096                     # index.interval.bytes / log.index.interval.bytes
+    retention_ms: int = 7 * 24 * 3600 * 1000             # retention.ms / log.retention.ms (-1: keep forever)
+    retention_bytes: int = NO_LIMIT                      # retention.bytes / log.retention.bytes
+    flush_messages: int = LONG_MAX                       # flush.messages / log.flush.interval.messages
+    flush_ms: int = LONG_MAX                             # flush.ms / log.flush.interval.ms
+    max_message_bytes: int = 1048588                     # max.message.bytes / message.max.bytes
+    message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
+
+    def __post_init__(self):
+        if self.segment_bytes < 14:
+            raise ValueError(f"segment.bytes must be at least 14, got {self.segment_bytes}")
+        if self.segment_index_bytes < 12:
+            raise ValueError(f"segment.index.bytes must be at least 12, got {self.segment_index_bytes}")
+        for name in ("segment_ms", "index_interval_bytes", "max_message_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{TOPIC_NAMES[name]} must not be negative")
+        for name in ("flush_messages", "flush_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{TOPIC_NAMES[name]} must be at least 1")
+        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise ValueError("message.timestamp.type must be CreateTime or LogAppendTime")
+
+    @classmethod
+    def from_properties(cls, props: dict, base: "LogConfig | None" = None) -> "LogConfig":
+        """Build from Kafka property names (topic-level or broker-level); unknown names are errors."""
+        values = {f.name: getattr(base, f.name) for f in fields(cls)} if base else {}
+        for key, raw in props.items():
+            name = BY_PROPERTY.get(key)
+            if name is None:
+                raise ValueError(f"unknown log config {key!r}")
+            if name == "message_timestamp_type":
+                values[name] = str(raw)
+            elif key == "log.retention.minutes":
+                values[name] = int(raw) * 60_000
+            elif key == "log.retention.hours":
+                values[name] = int(raw) * 3_600_000
+            else:
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+        return cls(**values)
+
+
+TOPIC_NAMES = {
+    "segment_bytes": "segment.bytes",
+    "segment_ms": "segment.ms",
+    "segment_index_bytes": "segment.index.bytes",
+    "index_interval_bytes": "index.interval.bytes",
+    "retention_ms": "retention.ms",
+    "retention_bytes": "retention.bytes",
+    "flush_messages": "flush.messages",
+    "flush_ms": "flush.ms",
+    "max_message_bytes": "max.message.bytes",
+    "message_timestamp_type": "message.timestamp.type",
+}
+BROKER_NAMES = {
+    "segment_bytes": "log.segment.bytes",
+    "segment_ms": "log.roll.ms",
+    "segment_index_bytes": "log.index.size.max.bytes",
+    "index_interval_bytes": "log.index.interval.bytes",
+    "retention_ms": "log.retention.ms",
+    "retention_bytes": "log.retention.bytes",
+    "flush_messages": "log.flush.interval.messages",
+    "flush_ms": "log.flush.interval.ms",
+    "max_message_bytes": "message.max.bytes",
+    "message_timestamp_type": "log.message.timestamp.type",
+}
+BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}
+BY_PROPERTY["log.retention.minutes"] = "retention_ms"
+BY_PROPERTY["log.retention.hours"] = "retention_ms"

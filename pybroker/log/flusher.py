@@ -1,0 +1,67 @@
+"""Background thread that fdatasyncs logs, so the appending thread (the event loop) never blocks on disk.
+
+Logs ask for a flush when they pass ``flush.messages`` or roll a segment; every tick the
+thread also flushes logs whose last flush is older than their ``flush.ms``, and calls
+``on_tick`` (the LogManager's retention check).
+"""
+import logging
+import threading
+
+from pybroker.log.log import now_ms
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    def __init__(self, logs_source, tick_ms: int = 200, on_tick=None):
+        self._logs_source = logs_source  # callable returning the logs to watch
+        self._tick = tick_ms / 1000
+        self._on_tick = on_tick
+        self._requested: dict[int, object] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="pybroker-flusher", daemon=True)
+        self.flushes = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self, log_) -> None:
+        with self._cond:
+            self._requested[id(log_)] = log_
+            self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._requested and not self._stopping:
+                    self._cond.wait(self._tick)
+                if self._stopping:
+                    return
+                batch = list(self._requested.values())
+                self._requested.clear()
+            now = now_ms()
+            for lg in self._logs_source():
+                if lg.unflushed_messages and now - lg.last_flush_ms >= lg.config.flush_ms and lg not in batch:
+                    batch.append(lg)
+            for lg in batch:
+                self._flush(lg)
+            if self._on_tick is not None:
+                try:
+                    self._on_tick(now)
+                except Exception:  # a failed retention pass must not kill flushing
+                    log.exception("background log task failed")
+
+    def _flush(self, lg) -> None:
+        try:
+            lg.flush()
+            self.flushes += 1
+        except Exception:
+            log.exception("flush of %r failed", lg)

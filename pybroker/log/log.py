@@ -1,0 +1,405 @@
+"""A partition's log: ordered segments, append at the end, reads as file slices.
+
+Append-vs-flush contract: ``append`` returns once the batches are in the page cache (they
+survive a crash of this process, not a power loss). They become durable when a flush passes
+them: ``flush()`` inline, or the LogManager's flusher thread once ``flush.messages`` records
+or ``flush.ms`` have gone by. ``recovery_point`` is the offset below which everything is
+durable; after an unclean shutdown only the segments from it onwards are re-validated.
+"""
+import bisect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from pybroker import core
+from pybroker.errors import (CorruptRecordError, OffsetOutOfRangeError, RecordListTooLargeError,
+                             RecordTooLargeError)
+from pybroker.log.config import LogConfig
+from pybroker.log.epochs import LeaderEpochCache
+from pybroker.log.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the log stamps LogAppendTime
+    record_count: int
+    size: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class FetchSlice:
+    """Bytes of one segment to send as they are: ``length`` bytes of ``file`` at ``position``.
+
+    Holds the segment's file object, so the descriptor stays valid even if the segment is
+    deleted meanwhile. The last batch may be cut short by ``max_bytes``: clients drop it.
+    """
+    file: object
+    position: int
+    length: int
+    offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def fd(self) -> int:
+        return self.file.fileno()
+
+    def read(self) -> bytes:
+        """Copy the slice into memory (tools and tests; the broker sends it with sendfile)."""
+        return os.pread(self.fd, self.length, self.position) if self.length else b""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 *, recovery_point: int = 0, log_start_offset: int = 0, clean: bool = True,
+                 flusher=None):
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.recovery_point = recovery_point
+        self.flusher = flusher
+        self.log_start_offset = log_start_offset
+        self.lock = threading.RLock()
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms()
+        os.makedirs(directory, exist_ok=True)
+        self.epochs = LeaderEpochCache(directory)
+        self.segments: list[LogSegment] = []
+        self._load(clean)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+
+    # ---- loading and recovery -------------------------------------------------------------
+
+    def _load(self, clean: bool) -> None:
+        names = sorted(os.listdir(self.directory))
+        for name in names:
+            if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
+                os.remove(os.path.join(self.directory, name))
+        bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
+        for name in names:  # an index without its .log is left over from a deletion
+            stem, ext = os.path.splitext(name)
+            if ext in (".index", ".timeindex") and stem.isdigit() and int(stem) not in bases:
+                os.remove(os.path.join(self.directory, name))
+        if not bases:
+            self.segments.append(LogSegment(self.directory, self.log_start_offset, self.config, active=True))
+            return
+        for i, base in enumerate(bases):
+            self.segments.append(LogSegment(self.directory, base, self.config, active=i == len(bases) - 1))
+        first_to_recover = len(self.segments)
+        if not clean:
+            starts = [s.base_offset for s in self.segments]
+            first_to_recover = max(0, bisect.bisect_right(starts, self.recovery_point) - 1)
+        for i, segment in enumerate(self.segments):
+            if i < first_to_recover:
+                segment.load()
+            else:
+                truncated = segment.recover()
+                if truncated:
+                    log.warning("%s-%d: recovery removed %d bytes from %s", self.topic,
+                                self.partition, truncated, segment.log_path)
+        self._drop_discontinuous_segments()
+
+    def _drop_discontinuous_segments(self) -> None:
+        """Offsets must run on without gaps: a segment that does not continue its predecessor goes."""
+        for i in range(1, len(self.segments)):
+            prev, seg = self.segments[i - 1], self.segments[i]
+            if seg.base_offset != prev.next_offset:
+                log.warning("%s-%d: segment %s does not follow offset %d; removing it and %d later",
+                            self.topic, self.partition, seg.log_path, prev.next_offset,
+                            len(self.segments) - i - 1)
+                for gone in self.segments[i:]:
+                    gone.delete()
+                del self.segments[i:]
+                break
+        last = self.segments[-1]
+        if not last.active:
+            last.reactivate()
+
+    # ---- state ----------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_for(self, offset: int) -> int:
+        """Index of the segment that would hold ``offset``."""
+        starts = [s.base_offset for s in self.segments]
+        return max(0, bisect.bisect_right(starts, offset) - 1)
+
+    # ---- append ---------------------------------------------------------------------------
+
+    def append(self, buffers, *, leader_epoch: int = -1, assign_offsets: bool = True,
+               allow_control: bool = False, timestamp_ms: int | None = None) -> AppendInfo:
+        """Validate and append one or more writable buffers, each holding one or more batches.
+
+        All or nothing: a bad batch anywhere raises before a byte is written. Offsets (and the
+        partition leader epoch, and LogAppendTime if the topic uses it) are stamped in place.
+        """
+        if isinstance(buffers, (bytes, bytearray, memoryview)):
+            buffers = [buffers]
+        batches = []
+        for buf in buffers:
+            view = memoryview(buf).cast("B")
+            pos = 0
+            while pos < len(view):
+                info = core.batch.validate(view, pos, allow_control)
+                if info.size > self.config.max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {info.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
+                if info.size > self.config.segment_bytes:
+                    raise RecordListTooLargeError(
+                        f"batch of {info.size} bytes exceeds segment.bytes={self.config.segment_bytes}")
+                batches.append((view[pos:pos + info.size], info))
+                pos += info.size
+        if not batches:
+            raise CorruptRecordError("no record batch in the request")
+        with self.lock:
+            return self._append_locked(batches, leader_epoch, assign_offsets, timestamp_ms)
+
+    def _append_locked(self, batches, leader_epoch, assign_offsets, timestamp_ms) -> AppendInfo:
+        stamp = timestamp_ms if timestamp_ms is not None else now_ms()
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        next_offset = first_offset = self.log_end_offset
+        views, infos = [], []
+        max_ts, offset_of_max, records, total = -1, -1, 0, 0
+        for view, info in batches:
+            if assign_offsets:
+                core.batch.set_base_offset(view, 0, next_offset)
+            elif info.base_offset != next_offset:
+                raise CorruptRecordError(
+                    f"batch starts at offset {info.base_offset}, log ends at {next_offset}", info.base_offset)
+            if leader_epoch >= 0:
+                core.batch.set_partition_leader_epoch(view, 0, leader_epoch)
+            batch_ts = info.max_timestamp
+            if log_append:
+                core.batch.set_log_append_time(view, 0, stamp)
+                batch_ts = stamp
+            last = next_offset + info.last_offset_delta
+            if batch_ts > max_ts:
+                max_ts, offset_of_max = batch_ts, last
+            views.append(view)
+            infos.append((last, batch_ts, info.size))
+            records += info.record_count
+            total += info.size
+            next_offset = last + 1
+        self._write(views, infos, stamp)
+        if leader_epoch >= 0:
+            self.epochs.assign(leader_epoch, first_offset)
+        self.unflushed_messages += records
+        if self.unflushed_messages >= self.config.flush_messages:
+            self._request_flush()
+        return AppendInfo(first_offset, next_offset - 1, max_ts, offset_of_max,
+                          stamp if log_append else -1, records, total, self.log_start_offset)
+
+    def _write(self, views, infos, stamp) -> None:
+        """Write runs of batches, one pwritev per run, rolling to a new segment where one is full."""
+        start = 0
+        while start < len(views):
+            segment = self.active_segment
+            end, nbytes = start, 0
+            while end < len(views) and segment.can_take(nbytes + infos[end][2], infos[end][0], infos[end][1], stamp):
+                nbytes += infos[end][2]
+                end += 1
+            if end == start:
+                if segment.size:
+                    self._roll()
+                    continue
+                end = start + 1  # an empty segment takes any one batch
+            segment.append(views[start:end], infos[start:end])
+            start = end
+
+    def _roll(self) -> None:
+        old = self.active_segment
+        old.seal()
+        self.segments.append(LogSegment(self.directory, self.log_end_offset, self.config, active=True))
+        log.info("%s-%d: rolled to segment %d", self.topic, self.partition, self.log_end_offset)
+        if self.flusher is not None:  # the sealed segment goes to disk soon, as Kafka does on roll
+            self.flusher.request(self)
+
+    def roll(self) -> None:
+        with self.lock:
+            if self.active_segment.size:
+                self._roll()
+
+    # ---- read -----------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchSlice:
+        """A slice starting at the batch that holds ``offset``.
+
+        At most ``max_bytes`` long, except that it always holds one whole batch when
+        ``min_one_batch``; never reaches ``max_offset`` (the high watermark), nor past a segment.
+        """
+        with self.lock:
+            start, end = self.log_start_offset, self.log_end_offset
+            if offset < start or offset > end:
+                raise OffsetOutOfRangeError(offset, start, end)
+            upper = end if max_offset is None else min(max_offset, end)
+            i = self._segment_for(offset)
+            while i < len(self.segments) and offset < upper:
+                segment = self.segments[i]
+                found = segment.translate_offset(offset)
+                if found is None:
+                    i += 1
+                    continue
+                position, header = found
+                limit = segment.size
+                if upper < segment.next_offset:
+                    bound = segment.translate_offset(upper)
+                    limit = bound[0] if bound else segment.size
+                length = min(max_bytes, limit - position)
+                if min_one_batch and length < header.batch_length + 12:
+                    length = min(header.batch_length + 12, limit - position)
+                return FetchSlice(segment.file, position, max(length, 0), offset, start, end)
+            return FetchSlice(self.active_segment.file, self.active_segment.size, 0, offset, start, end)
+
+    # ---- truncation -----------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch that ends at or after ``offset``; returns the new log end offset.
+
+        Cuts at a batch boundary, so the new end can be below ``offset`` when it falls inside a batch.
+        """
+        with self.lock:
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            if offset <= self.segments[0].base_offset:
+                return self._truncate_fully_and_start_at(offset)
+            keep = self._segment_for(offset)
+            for gone in self.segments[keep + 1:]:
+                gone.delete()
+            del self.segments[keep + 1:]
+            last = self.segments[-1]
+            if not last.active:
+                last.reactivate()
+            last.truncate_to(offset)
+            self._after_truncation()
+            return self.log_end_offset
+
+    def _truncate_fully_and_start_at(self, offset: int) -> int:
+        for gone in self.segments:
+            gone.delete()
+        self.segments = [LogSegment(self.directory, offset, self.config, active=True)]
+        self.log_start_offset = offset
+        self._after_truncation()
+        return offset
+
+    def _after_truncation(self) -> None:
+        end = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, end)
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.epochs.truncate_from_end(end)
+
+    # ---- retention ------------------------------------------------------------------------
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted."""
+        now = now_ms() if now is None else now
+        with self.lock:
+            deleted = 0
+            retention_ms = self.config.retention_ms
+            if retention_ms >= 0:
+                while self._oldest_timestamp() < now - retention_ms:
+                    if len(self.segments) == 1:
+                        if self.active_segment.size == 0:
+                            break
+                        self._roll()  # as Kafka: an expired active segment rolls, then goes
+                    deleted += self._delete_oldest()
+            if self.config.retention_bytes >= 0:
+                excess = self.size - self.config.retention_bytes
+                while len(self.segments) > 1 and excess >= self.segments[0].size:
+                    excess -= self.segments[0].size
+                    deleted += self._delete_oldest()
+            while len(self.segments) > 1 and self.segments[0].next_offset <= self.log_start_offset:
+                deleted += self._delete_oldest()
+            return deleted
+
+    def _oldest_timestamp(self) -> int:
+        oldest = self.segments[0]
+        if oldest.size == 0:
+            return 2**63 - 1
+        return oldest.max_timestamp if oldest.max_timestamp >= 0 else oldest.last_modified_ms()
+
+    def _delete_oldest(self) -> int:
+        gone = self.segments.pop(0)
+        gone.delete()
+        first = self.segments[0].base_offset
+        if self.log_start_offset < first:
+            self.log_start_offset = first
+            self.epochs.truncate_from_start(first)
+        return 1
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords: move the log start forward to ``offset`` (<= log end offset)."""
+        with self.lock:
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+            if offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
+            self.delete_old_segments()
+            return True
+
+    # ---- flush and close ------------------------------------------------------------------
+
+    def _request_flush(self) -> None:
+        if self.flusher is not None:
+            self.flusher.request(self)
+        else:
+            self.flush()
+
+    def flush(self) -> int:
+        """fdatasync every segment holding data past the recovery point; returns the new point.
+
+        Runs without the log lock during the syncs, so appends go on meanwhile.
+        """
+        with self.lock:
+            target = self.log_end_offset
+            pending = [s for s in self.segments if s.next_offset > self.recovery_point]
+            self.unflushed_messages = 0
+        for segment in pending:
+            try:
+                segment.flush()
+            except (OSError, ValueError):
+                if segment in self.segments:  # a deleted segment needs no flush
+                    raise
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+            self.last_flush_ms = now_ms()
+            return self.recovery_point
+
+    def close(self) -> None:
+        with self.lock:
+            for segment in self.segments:
+                segment.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")

@@ -1,0 +1,267 @@
+"""One segment of a log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``.
+
+File names and formats are Kafka's: the ``.log`` holds record batches exactly as appended;
+the offset index maps a batch's last offset to its file position, one entry per
+``index.interval.bytes`` of log; the time index maps the largest timestamp so far to the
+offset it belongs to. Indexes are never checksummed: after an unclean shutdown they are
+rebuilt from the ``.log``, which is validated batch by batch.
+"""
+import io
+import logging
+import mmap
+import os
+import time
+
+from pybroker import core
+from pybroker.errors import CorruptIndexError
+from pybroker.log.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+HEADER_SIZE = 61
+MAX_RELATIVE_OFFSET = 2**31 - 1  # relative offsets must fit Kafka's int32
+
+
+def file_stem(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class LogSegment:
+    """A ``.log`` file and its two indexes. Not thread-safe: the owning Log serialises access."""
+
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, active: bool):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        stem = os.path.join(directory, file_stem(base_offset))
+        self.log_path = stem + ".log"
+        self.index_path = stem + ".index"
+        self.timeindex_path = stem + ".timeindex"
+        fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Fetch slices keep this object (and so the fd) alive after a segment is deleted.
+        self.file = io.FileIO(fd, "r+", closefd=True)
+        self.size = os.fstat(fd).st_size
+        self.active = active
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.bytes_since_index_entry = 0
+        self.created_ms = int(time.time() * 1000)
+        self.first_timestamp = -1  # the first batch's max timestamp: what segment.ms counts from
+        self.offset_index = None
+        self.time_index = None
+        self._open_indexes(writable=active)
+
+    @property
+    def fd(self) -> int:
+        return self.file.fileno()
+
+    # ---- opening, loading, recovery -------------------------------------------------------
+
+    def _open_indexes(self, writable: bool) -> None:
+        idx = core.index
+        size = self.config.segment_index_bytes
+        self.offset_index = idx.OffsetIndex(self.index_path, self.base_offset, size, writable)
+        self.time_index = idx.TimeIndex(self.timeindex_path, self.base_offset, size, writable)
+
+    def _close_indexes(self) -> None:
+        for index in (self.offset_index, self.time_index):
+            if index is not None:
+                index.close()
+
+    def load(self) -> None:
+        """Open after a clean shutdown: trust the indexes unless they fail their sanity check."""
+        try:
+            if not (os.path.exists(self.index_path) and os.path.exists(self.timeindex_path)):
+                raise CorruptIndexError("index file missing")
+            self.offset_index.sanity_check()
+            self.time_index.sanity_check()
+            last_offset, last_position = self._last_offset_entry()
+            if last_position >= self.size and self.offset_index.entries:
+                raise CorruptIndexError(f"index points at {last_position}, log has {self.size} bytes")
+        except CorruptIndexError as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            self.recover()
+            return
+        if not self._load_tail():
+            log.warning("segment %s has an invalid tail after a clean shutdown; recovering", self.log_path)
+            self.recover()
+
+    def _last_offset_entry(self) -> tuple[int, int]:
+        n = self.offset_index.entries
+        return self.offset_index.entry(n - 1) if n else (self.base_offset, 0)
+
+    def _load_tail(self) -> bool:
+        """Learn next offset and max timestamp by scanning from the last index entry; False if it is invalid."""
+        _, start = self._last_offset_entry()
+        ts, ts_offset = self.time_index.last_entry
+        self.max_timestamp, self.offset_of_max_timestamp = (ts, ts_offset) if self.time_index.entries else (-1, -1)
+        if self.size == 0:
+            self.next_offset = self.base_offset
+            self.bytes_since_index_entry = 0
+            self.first_timestamp = -1
+            return True
+        self.first_timestamp = self.read_header(0).max_timestamp
+        with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as view:
+            result = core.batch.scan(view, start=start, index_interval=self.config.index_interval_bytes)
+        if result.error is not None or result.valid_end != self.size:
+            return False
+        self.next_offset = result.next_offset if result.batch_count else self.base_offset
+        if result.max_timestamp > self.max_timestamp:
+            self.max_timestamp = result.max_timestamp
+            self.offset_of_max_timestamp = result.offset_of_max_timestamp
+        self.bytes_since_index_entry = self.size - start
+        return True
+
+    def recover(self) -> int:
+        """Re-validate every batch, cut the log at the first bad one and rebuild both indexes.
+
+        Returns the number of bytes truncated (0 when the whole segment was valid).
+        """
+        self._close_indexes()
+        for path in (self.index_path, self.timeindex_path):
+            if os.path.exists(path):
+                os.remove(path)
+        self._open_indexes(writable=True)
+        self.size = os.fstat(self.fd).st_size
+        if self.size:
+            with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as view:
+                result = core.batch.scan(view, index_interval=self.config.index_interval_bytes,
+                                         expected_offset=self.base_offset)
+        else:
+            result = None
+        truncated = 0
+        if result is None or result.batch_count == 0:
+            valid_end, self.next_offset = 0, self.base_offset
+            self.max_timestamp = self.offset_of_max_timestamp = self.first_timestamp = -1
+        else:
+            valid_end, self.next_offset = result.valid_end, result.next_offset
+            self.first_timestamp = self.read_header(0).max_timestamp
+            self.max_timestamp = result.max_timestamp
+            self.offset_of_max_timestamp = result.offset_of_max_timestamp
+            for offset, position in result.offset_entries:
+                self.offset_index.append(offset, position)
+            for timestamp, offset in result.time_entries:
+                self.time_index.maybe_append(timestamp, offset)
+        if result is not None and result.error is not None:
+            log.warning("truncating %s at byte %d of %d: %s", self.log_path, valid_end, self.size, result.error)
+        if valid_end < self.size:
+            truncated = self.size - valid_end
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        _, last_position = self._last_offset_entry()
+        self.bytes_since_index_entry = self.size - last_position if self.offset_index.entries else self.size
+        if not self.active:
+            self.seal()
+        return truncated
+
+    # ---- append ---------------------------------------------------------------------------
+
+    def can_take(self, nbytes: int, last_offset: int, timestamp: int, now_ms: int) -> bool:
+        """False when appending ``nbytes`` ending at ``last_offset`` requires a roll first."""
+        if self.size == 0:
+            return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
+        return (self.size + nbytes <= self.config.segment_bytes
+                and self.time_waited_for_roll(timestamp, now_ms) < self.config.segment_ms
+                and not self.offset_index.is_full() and not self.time_index.is_full()
+                and last_offset - self.base_offset <= MAX_RELATIVE_OFFSET)
+
+    def time_waited_for_roll(self, timestamp: int, now_ms: int) -> int:
+        # As Kafka: record time since the first batch's timestamp, else wall time since creation.
+        if self.first_timestamp >= 0:
+            return timestamp - self.first_timestamp
+        return now_ms - self.created_ms
+
+    def append(self, views, infos) -> None:
+        """Write batches (already offset-assigned) at the end, then index them.
+
+        ``infos`` are (last_offset, max_timestamp, size) per batch. Data goes first so an
+        index entry never points past the end of the ``.log``.
+        """
+        position = self.size
+        core.fileio.pwritev_all(self.fd, views, position)
+        interval = self.config.index_interval_bytes
+        if position == 0 and infos:
+            self.first_timestamp = infos[0][1]
+        for last_offset, max_timestamp, size in infos:
+            if max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+            if self.bytes_since_index_entry > interval:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.bytes_since_index_entry = 0
+            self.bytes_since_index_entry += size
+            position += size
+            self.next_offset = last_offset + 1
+        self.size = position
+
+    # ---- read -----------------------------------------------------------------------------
+
+    def read_header(self, position: int):
+        data = os.pread(self.fd, HEADER_SIZE, position)
+        return core.batch.parse_header(data, 0)
+
+    def translate_offset(self, offset: int):
+        """(position, header) of the first batch whose last offset is >= ``offset``, or None."""
+        _, position = self.offset_index.lookup(offset)
+        while position < self.size:
+            header = self.read_header(position)
+            if header.base_offset + header.last_offset_delta >= offset:
+                return position, header
+            position += header.batch_length + 12
+        return None
+
+    # ---- truncation, flush, lifecycle -----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self.size - position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self.fd, position)
+        self.size = position
+        if not self._load_tail():
+            raise CorruptIndexError(f"{self.log_path}: invalid data after truncation to {offset}")
+        return removed
+
+    def flush(self) -> None:
+        core.fileio.fdatasync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """Called when the segment stops being the active one: final time entry, trimmed indexes."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.active = False
+
+    def reactivate(self) -> None:
+        """Make a sealed segment the active one again (after a truncation removed later segments)."""
+        self._close_indexes()
+        self._open_indexes(writable=True)
+        self.active = True
+
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def close(self) -> None:
+        self._close_indexes()
+        self.file.close()
+
+    def delete(self) -> None:
+        """Remove the files; the descriptor closes once no fetch slice refers to this segment."""
+        self._close_indexes()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size}, next_offset={self.next_offset})"
