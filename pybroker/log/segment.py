@@ -50,7 +50,18 @@ class LogSegment:
         self.first_timestamp = -1  # the first batch's max timestamp: what segment.ms counts from
         self.offset_index = None
         self.time_index = None
-        self._open_indexes(writable=active)
+        self.index_problem = None  # why the indexes must be rebuilt, if they must
+        if not (os.path.exists(self.index_path) and os.path.exists(self.timeindex_path)):
+            self.index_problem = "index file missing"
+        try:
+            self._open_indexes(writable=active or self.index_problem is not None)
+        except (CorruptIndexError, ValueError, OSError) as exc:
+            self.index_problem = f"index unreadable: {exc}"
+            self._close_indexes()
+            for path in (self.index_path, self.timeindex_path):
+                if os.path.exists(path):
+                    os.remove(path)
+            self._open_indexes(writable=True)
 
     @property
     def fd(self) -> int:
@@ -68,12 +79,13 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             if index is not None:
                 index.close()
+        self.offset_index = self.time_index = None
 
     def load(self) -> None:
         """Open after a clean shutdown: trust the indexes unless they fail their sanity check."""
         try:
-            if not (os.path.exists(self.index_path) and os.path.exists(self.timeindex_path)):
-                raise CorruptIndexError("index file missing")
+            if self.index_problem:
+                raise CorruptIndexError(self.index_problem)
             self.offset_index.sanity_check()
             self.time_index.sanity_check()
             last_offset, last_position = self._last_offset_entry()
@@ -123,6 +135,7 @@ class LogSegment:
             if os.path.exists(path):
                 os.remove(path)
         self._open_indexes(writable=True)
+        self.index_problem = None
         self.size = os.fstat(self.fd).st_size
         if self.size:
             with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as view:
