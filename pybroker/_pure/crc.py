@@ -18,6 +18,8 @@ _TABLE = _make_table()
 
 def crc32c(data, value: int = 0) -> int:
     """CRC-32C of ``data``; pass a previous result as ``value`` to continue it."""
+    if not 0 <= value <= 0xFFFFFFFF:  # the native twin takes a uint32_t
+        raise OverflowError(f"CRC value {value} is not a 32-bit unsigned integer")
     crc = value ^ 0xFFFFFFFF
     table = _TABLE
     for byte in memoryview(data).cast("B"):

@@ -242,9 +242,8 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
+        # Only the .log needs to be durable: indexes are re-checked or rebuilt at start.
         core.fileio.fdatasync(self.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
 
     def seal(self) -> None:
         """Called when the segment stops being the active one: final time entry, trimmed indexes."""

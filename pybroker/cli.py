@@ -1,0 +1,90 @@
+"""The ``pybroker`` command: ``serve`` and ``dump-log``."""
+import argparse
+import mmap
+import os
+import sys
+
+from pybroker import __version__, core
+
+NOT_YET = ("pybroker {version}: the Kafka protocol server is not built yet. This version holds the "
+           "storage core (log segments, indexes, batched writes, crash recovery, zero-copy transfer); "
+           "`pybroker serve` will start a broker once the network layer lands.")
+
+
+def serve(args) -> int:
+    print(NOT_YET.format(version=__version__), file=sys.stderr)
+    return 1
+
+
+def dump_log(args) -> int:
+    status = 0
+    for path in args.files:
+        print(f"Dumping {path}")
+        try:
+            if path.endswith(".log"):
+                status |= dump_segment(path, args.index_interval)
+            elif path.endswith((".index", ".timeindex")):
+                dump_index(path)
+            else:
+                print(f"  unknown file type (expected .log, .index or .timeindex)")
+                status = 1
+        except OSError as exc:
+            print(f"  cannot read: {exc}")
+            status = 1
+    return status
+
+
+def dump_segment(path: str, index_interval: int) -> int:
+    size = os.path.getsize(path)
+    if size == 0:
+        print("  (empty)")
+        return 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as view:
+        result = core.batch.scan(view, index_interval=index_interval)
+        position = 0
+        while position < result.valid_end:
+            b = core.batch.parse_header(view, position)
+            print(f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: {b.record_count} "
+                  f"position: {position} size: {b.size} magic: {b.magic} crc: {b.crc} "
+                  f"compresscodec: {b.compression} isTransactional: {b.is_transactional} "
+                  f"isControl: {b.is_control} producerId: {b.producer_id} producerEpoch: {b.producer_epoch} "
+                  f"baseSequence: {b.base_sequence} partitionLeaderEpoch: {b.partition_leader_epoch} "
+                  f"{'LogAppendTime' if b.is_log_append_time else 'CreateTime'}: {b.max_timestamp}")
+            position += b.size
+    if result.error is not None:
+        print(f"  invalid from position {result.valid_end}: {result.error}")
+        return 1
+    return 0
+
+
+def dump_index(path: str) -> None:
+    base = int(os.path.basename(path).split(".")[0])
+    cls = core.index.TimeIndex if path.endswith(".timeindex") else core.index.OffsetIndex
+    index = cls(path, base, writable=False)
+    try:
+        for n in range(index.entries):
+            a, b = index.entry(n)
+            print(f"timestamp: {a} offset: {b}" if cls is core.index.TimeIndex else f"offset: {a} position: {b}")
+        index.sanity_check()
+    finally:
+        index.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pybroker", description="A Kafka-compatible message broker.")
+    parser.add_argument("--version", action="version", version=f"pybroker {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run a broker")
+    p.add_argument("properties", nargs="?", help="a Kafka-style server.properties file")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=serve)
+    p = sub.add_parser("dump-log", help="print the batches of .log files and the entries of index files")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--index-interval", type=int, default=4096)
+    p.set_defaults(func=dump_log)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Network layer: listeners and connections (size framing, ordered responses, zero-copy sends)."""

@@ -1,0 +1,1 @@
+"""Replication: partitions with leader epoch, log end offset, high watermark and ISR."""

@@ -1,0 +1,55 @@
+"""Batched writes: native pwritev_all against its pure twin."""
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pybroker import core
+
+IMPLS = {name: core.load("fileio", name) for name in ("native", "pure")}
+
+buffers = st.lists(st.one_of(st.binary(max_size=300), st.binary(max_size=300).map(bytearray)), max_size=2100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bufs=buffers, offset=st.integers(0, 5000))
+def test_pwritev_all_same_file_contents(tmp_path_factory, bufs, offset):
+    tmp = tmp_path_factory.mktemp("w")
+    results = {}
+    for name, mod in IMPLS.items():
+        path = tmp / name
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"\xee" * 10)  # bytes before offset must stay as they were
+            n = mod.pwritev_all(fd, bufs, offset)
+            mod.fdatasync(fd)
+        finally:
+            os.close(fd)
+        results[name] = (n, path.read_bytes())
+    expect = bytearray(b"\xee" * 10)
+    end = offset + sum(len(b) for b in bufs)
+    expect.extend(b"\0" * max(0, end - len(expect)))
+    expect[offset:end] = b"".join(bytes(b) for b in bufs)
+    if end == offset:
+        expect = expect[:max(10, offset)] if offset <= 10 else bytearray(b"\xee" * 10)
+    assert results["native"] == results["pure"]
+    assert results["native"][0] == end - offset
+    assert results["native"][1] == bytes(expect)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_bad_fd_raises_oserror(name):
+    with pytest.raises(OSError):
+        IMPLS[name].pwritev_all(-1, [b"abc"], 0)
+    with pytest.raises(OSError):
+        IMPLS[name].fdatasync(-1)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_non_buffer_is_a_type_error(name, tmp_path):
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(TypeError):
+            IMPLS[name].pwritev_all(fd, [b"ok", 12], 0)
+    finally:
+        os.close(fd)
