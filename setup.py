@@ -27,7 +27,7 @@ def extensions():
             include_dirs=[str(NATIVE), str(CSRC)],
             extra_compile_args=["-O3", "-std=gnu11", "-Wno-unused-function"],
         ))
-    return cythonize(exts, language_level=3, compiler_directives={
+    return cythonize(exts, language_level=3, include_path=[str(NATIVE)], compiler_directives={
         "boundscheck": False, "wraparound": False, "cdivision": True, "embedsignature": True,
     })
 

@@ -5,21 +5,13 @@ Durability contract: pwritev_all returns once the bytes are in the page cache; t
 process crash but not a power loss until fdatasync (run off the event loop by the log flusher).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.errno cimport errno, EINTR
+from libc.errno cimport errno
 from libc.stdlib cimport malloc, free
-from posix.types cimport off_t
 
-cdef extern from "<sys/uio.h>" nogil:
-    struct iovec:
-        void *iov_base
-        size_t iov_len
-    ssize_t pwritev(int fd, const iovec *iov, int iovcnt, off_t offset)
+from pwritev cimport iovec, pb_pwritev_all
 
 cdef extern from "<unistd.h>" nogil:
     int c_fdatasync "fdatasync"(int fd)
-
-cdef enum:
-    IOV_BATCH = 1024  # IOV_MAX on Linux
 
 
 def pwritev_all(int fd, buffers, long long offset):
@@ -27,10 +19,8 @@ def pwritev_all(int fd, buffers, long long offset):
     cdef Py_ssize_t n = len(buffers), i, held = 0
     cdef Py_buffer *views = <Py_buffer *>malloc(max(n, 1) * sizeof(Py_buffer))
     cdef iovec *iov = <iovec *>malloc(max(n, 1) * sizeof(iovec))
-    cdef long long total = 0, pos = offset
-    cdef ssize_t wrote
-    cdef Py_ssize_t first = 0, count
-    cdef int err = 0
+    cdef long long total = 0
+    cdef int err
     if views == NULL or iov == NULL:
         free(views); free(iov)
         raise MemoryError()
@@ -42,24 +32,7 @@ def pwritev_all(int fd, buffers, long long offset):
             iov[i].iov_len = <size_t>views[i].len
             total += views[i].len
         with nogil:
-            while first < n:
-                count = min(n - first, <Py_ssize_t>IOV_BATCH)
-                wrote = pwritev(fd, &iov[first], <int>count, <off_t>pos)
-                if wrote < 0:
-                    if errno == EINTR:
-                        continue
-                    err = errno
-                    break
-                pos += wrote
-                # advance past fully written buffers, then trim a partly written one
-                while first < n and <size_t>wrote >= iov[first].iov_len:
-                    wrote -= iov[first].iov_len
-                    first += 1
-                if first < n and wrote > 0:
-                    iov[first].iov_base = <char *>iov[first].iov_base + wrote
-                    iov[first].iov_len -= wrote
-                while first < n and iov[first].iov_len == 0:
-                    first += 1
+            err = pb_pwritev_all(fd, iov, n, offset)
         if err:
             import os
             raise OSError(err, os.strerror(err))

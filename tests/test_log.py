@@ -202,3 +202,17 @@ def test_unwritable_log_dir_is_a_clear_error(tmp_path):
     with pytest.raises(OSError):
         Log(str(blocker / "t-0"), "t", 0, LogConfig())
     assert not os.path.exists(str(blocker) + "/t-0")
+
+
+def test_fetch_slice_outlives_the_deletion_of_its_segment(tmp_path):
+    lg = open_log(tmp_path, segment_bytes=1000, retention_bytes=0)
+    first = value_batch(1, 300)
+    lg.append(first)
+    for _ in range(8):
+        lg.append(value_batch(1, 300))
+    sl = lg.read(0, 10**6)
+    old_path = lg.segments[0].log_path
+    assert lg.delete_old_segments() > 0 and not os.path.exists(old_path)
+    assert sl.read()[:len(first)] == bytes(first)  # the open file keeps the bytes readable
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(0, 100)

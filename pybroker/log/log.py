@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pybroker import core
 from pybroker.errors import (CorruptRecordError, OffsetOutOfRangeError, RecordListTooLargeError,
@@ -23,8 +24,7 @@ from pybroker.log.segment import LogSegment
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -73,6 +73,7 @@ class Log:
         self.recovery_point = recovery_point
         self.flusher = flusher
         self.log_start_offset = log_start_offset
+        self.log_append_time = config.message_timestamp_type == "LogAppendTime"
         self.lock = threading.RLock()
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
@@ -156,83 +157,115 @@ class Log:
 
     def append(self, buffers, *, leader_epoch: int = -1, assign_offsets: bool = True,
                allow_control: bool = False, timestamp_ms: int | None = None) -> AppendInfo:
-        """Validate and append one or more writable buffers, each holding one or more batches.
+        """Validate, then append, one or more writable buffers each holding one or more batches."""
+        return self.append_validated(self.validate(buffers, allow_control), leader_epoch=leader_epoch,
+                                     assign_offsets=assign_offsets, timestamp_ms=timestamp_ms)
 
-        All or nothing: a bad batch anywhere raises before a byte is written. Offsets (and the
-        partition leader epoch, and LogAppendTime if the topic uses it) are stamped in place.
+    def validate(self, buffers, allow_control: bool = False) -> list:
+        """Check every batch (CRC, lengths, counts, size limits); returns (view, BatchInfo) pairs.
+
+        All or nothing: one bad batch anywhere raises a typed error naming it.
         """
         if isinstance(buffers, (bytes, bytearray, memoryview)):
             buffers = [buffers]
         batches = []
+        validate, max_bytes = core.batch.validate, self.config.max_message_bytes
         for buf in buffers:
             view = memoryview(buf).cast("B")
             pos = 0
             while pos < len(view):
-                info = core.batch.validate(view, pos, allow_control)
-                if info.size > self.config.max_message_bytes:
-                    raise RecordTooLargeError(
-                        f"batch of {info.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
-                if info.size > self.config.segment_bytes:
+                info = validate(view, pos, allow_control)
+                size = info.batch_length + 12
+                if size > max_bytes:
+                    raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
+                if size > self.config.segment_bytes:
                     raise RecordListTooLargeError(
-                        f"batch of {info.size} bytes exceeds segment.bytes={self.config.segment_bytes}")
-                batches.append((view[pos:pos + info.size], info))
-                pos += info.size
+                        f"batch of {size} bytes exceeds segment.bytes={self.config.segment_bytes}")
+                batches.append((view[pos:pos + size] if pos or size != len(view) else view, info))
+                pos += size
         if not batches:
             raise CorruptRecordError("no record batch in the request")
-        with self.lock:
-            return self._append_locked(batches, leader_epoch, assign_offsets, timestamp_ms)
+        return batches
 
-    def _append_locked(self, batches, leader_epoch, assign_offsets, timestamp_ms) -> AppendInfo:
+    def append_validated(self, batches, *, leader_epoch: int = -1, assign_offsets: bool = True,
+                         timestamp_ms: int | None = None) -> AppendInfo:
+        """Append batches that ``validate`` accepted, stamping offsets, epoch and LogAppendTime in place.
+
+        ``assign_offsets=False`` (a follower copying its leader) keeps the offsets, which must
+        continue the log.
+        """
         stamp = timestamp_ms if timestamp_ms is not None else now_ms()
-        log_append = self.config.message_timestamp_type == "LogAppendTime"
-        next_offset = first_offset = self.log_end_offset
-        views, infos = [], []
-        max_ts, offset_of_max, records, total = -1, -1, 0, 0
-        for view, info in batches:
-            if assign_offsets:
-                core.batch.set_base_offset(view, 0, next_offset)
-            elif info.base_offset != next_offset:
-                raise CorruptRecordError(
-                    f"batch starts at offset {info.base_offset}, log ends at {next_offset}", info.base_offset)
-            if leader_epoch >= 0:
-                core.batch.set_partition_leader_epoch(view, 0, leader_epoch)
-            batch_ts = info.max_timestamp
-            if log_append:
-                core.batch.set_log_append_time(view, 0, stamp)
-                batch_ts = stamp
-            last = next_offset + info.last_offset_delta
-            if batch_ts > max_ts:
-                max_ts, offset_of_max = batch_ts, last
-            views.append(view)
-            infos.append((last, batch_ts, info.size))
-            records += info.record_count
-            total += info.size
-            next_offset = last + 1
-        self._write(views, infos, stamp)
-        if leader_epoch >= 0:
-            self.epochs.assign(leader_epoch, first_offset)
-        self.unflushed_messages += records
-        if self.unflushed_messages >= self.config.flush_messages:
-            self._request_flush()
-        return AppendInfo(first_offset, next_offset - 1, max_ts, offset_of_max,
-                          stamp if log_append else -1, records, total, self.log_start_offset)
+        log_append_time = stamp if self.log_append_time else -1
+        with self.lock:
+            segment = self.segments[-1]
+            first = segment.next_offset
+            if not assign_offsets:
+                self._check_continues(batches, first)
+            if len(batches) == 1:  # the common case, without per-batch Python work
+                view, info = batches[0]
+                batch_ts = info.max_timestamp if log_append_time < 0 else log_append_time
+                if not segment.can_take(info.batch_length + 12, first + info.last_offset_delta, batch_ts, stamp):
+                    self._roll_for_append()
+                    segment = self.segments[-1]
+                next_offset, records, nbytes, _, _, _, _, _ = segment.append(
+                    [view], first, leader_epoch, log_append_time)
+                max_ts, offset_of_max = batch_ts, next_offset - 1
+            else:
+                next_offset, records, nbytes, max_ts, offset_of_max = self._append_runs(
+                    batches, first, leader_epoch, log_append_time, stamp)
+            if leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(leader_epoch, first)
+            self.unflushed_messages += records
+            if self.unflushed_messages >= self.config.flush_messages:
+                self._request_flush()
+            return AppendInfo(first, next_offset - 1, max_ts, offset_of_max, log_append_time,
+                              records, nbytes, self.log_start_offset)
 
-    def _write(self, views, infos, stamp) -> None:
-        """Write runs of batches, one pwritev per run, rolling to a new segment where one is full."""
+    @staticmethod
+    def _check_continues(batches, first: int) -> None:
+        expect = first
+        for _, info in batches:
+            if info.base_offset != expect:
+                raise CorruptRecordError(
+                    f"batch starts at offset {info.base_offset}, log ends at {expect}", info.base_offset)
+            expect = info.base_offset + info.last_offset_delta + 1
+
+    def _append_runs(self, batches, first, leader_epoch, log_append_time, stamp):
+        """Several batches: runs that fit the active segment, one pwritev each, rolling in between."""
+        next_offset, records, nbytes, max_ts, offset_of_max = first, 0, 0, -1, -1
         start = 0
-        while start < len(views):
-            segment = self.active_segment
-            end, nbytes = start, 0
-            while end < len(views) and segment.can_take(nbytes + infos[end][2], infos[end][0], infos[end][1], stamp):
-                nbytes += infos[end][2]
+        while start < len(batches):
+            segment = self.segments[-1]
+            end, run_bytes, offset = start, 0, next_offset
+            while end < len(batches):
+                info = batches[end][1]
+                size = info.batch_length + 12
+                ts = info.max_timestamp if log_append_time < 0 else log_append_time
+                if not segment.can_take(run_bytes + size, offset + info.last_offset_delta, ts, stamp):
+                    break
+                run_bytes += size
+                offset += info.last_offset_delta + 1
                 end += 1
             if end == start:
-                if segment.size:
-                    self._roll()
-                    continue
-                end = start + 1  # an empty segment takes any one batch
-            segment.append(views[start:end], infos[start:end])
+                self._roll_for_append()
+                continue
+            views = [v for v, _ in batches[start:end]]
+            result = segment.append(views, next_offset, leader_epoch, log_append_time)
+            for _, info in batches[start:end]:
+                ts = info.max_timestamp if log_append_time < 0 else log_append_time
+                if ts > max_ts:
+                    max_ts, offset_of_max = ts, next_offset + info.last_offset_delta
+                next_offset += info.last_offset_delta + 1
+            assert next_offset == result[0]
+            records += result[1]
+            nbytes += result[2]
             start = end
+        return next_offset, records, nbytes, max_ts, offset_of_max
+
+    def _roll_for_append(self) -> None:
+        # an empty active segment takes any one batch, so it never needs a roll
+        if self.segments[-1].size:
+            self._roll()
 
     def _roll(self) -> None:
         old = self.active_segment

@@ -48,6 +48,9 @@ class LogSegment:
         self.bytes_since_index_entry = 0
         self.created_ms = int(time.time() * 1000)
         self.first_timestamp = -1  # the first batch's max timestamp: what segment.ms counts from
+        self.segment_bytes = config.segment_bytes
+        self.segment_ms = config.segment_ms
+        self.indexes_full = False
         self.offset_index = None
         self.time_index = None
         self.index_problem = None  # why the indexes must be rebuilt, if they must
@@ -74,6 +77,7 @@ class LogSegment:
         size = self.config.segment_index_bytes
         self.offset_index = idx.OffsetIndex(self.index_path, self.base_offset, size, writable)
         self.time_index = idx.TimeIndex(self.timeindex_path, self.base_offset, size, writable)
+        self._check_full()
 
     def _close_indexes(self) -> None:
         for index in (self.offset_index, self.time_index):
@@ -164,6 +168,7 @@ class LogSegment:
             self.size = valid_end
         _, last_position = self._last_offset_entry()
         self.bytes_since_index_entry = self.size - last_position if self.offset_index.entries else self.size
+        self._check_full()
         if not self.active:
             self.seal()
         return truncated
@@ -174,39 +179,37 @@ class LogSegment:
         """False when appending ``nbytes`` ending at ``last_offset`` requires a roll first."""
         if self.size == 0:
             return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
-        return (self.size + nbytes <= self.config.segment_bytes
-                and self.time_waited_for_roll(timestamp, now_ms) < self.config.segment_ms
-                and not self.offset_index.is_full() and not self.time_index.is_full()
-                and last_offset - self.base_offset <= MAX_RELATIVE_OFFSET)
+        # As Kafka: time since the first batch's timestamp, else wall time since creation.
+        first = self.first_timestamp
+        waited = timestamp - first if first >= 0 else now_ms - self.created_ms
+        return (self.size + nbytes <= self.segment_bytes and waited < self.segment_ms
+                and not self.indexes_full and last_offset - self.base_offset <= MAX_RELATIVE_OFFSET)
 
-    def time_waited_for_roll(self, timestamp: int, now_ms: int) -> int:
-        # As Kafka: record time since the first batch's timestamp, else wall time since creation.
-        if self.first_timestamp >= 0:
-            return timestamp - self.first_timestamp
-        return now_ms - self.created_ms
+    def _check_full(self) -> None:
+        self.indexes_full = self.offset_index.is_full() or self.time_index.is_full()
 
-    def append(self, views, infos) -> None:
-        """Write batches (already offset-assigned) at the end, then index them.
+    def append(self, views, first_offset: int, leader_epoch: int, log_append_time: int) -> tuple:
+        """Stamp and write validated batches at the end, then index them; returns the writer's result.
 
-        ``infos`` are (last_offset, max_timestamp, size) per batch. Data goes first so an
-        index entry never points past the end of the ``.log``.
+        Data goes first so an index entry never points past the end of the ``.log``.
         """
-        position = self.size
-        core.fileio.pwritev_all(self.fd, views, position)
-        interval = self.config.index_interval_bytes
-        if position == 0 and infos:
-            self.first_timestamp = infos[0][1]
-        for last_offset, max_timestamp, size in infos:
-            if max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
-            if self.bytes_since_index_entry > interval:
-                self.offset_index.append(last_offset, position)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_index_entry = 0
-            self.bytes_since_index_entry += size
-            position += size
-            self.next_offset = last_offset + 1
-        self.size = position
+        result = core.writer.write_batches(
+            self.fd, self.size, views, first_offset, leader_epoch, log_append_time,
+            self.config.index_interval_bytes, self.bytes_since_index_entry,
+            self.max_timestamp, self.offset_of_max_timestamp)
+        next_offset, _, nbytes, first_ts, max_ts, offset_of_max, since, entries = result
+        if self.size == 0:
+            self.first_timestamp = first_ts
+        if entries:
+            for offset, position, ts, ts_offset in entries:
+                self.offset_index.append(offset, position)
+                self.time_index.maybe_append(ts, ts_offset)
+            self._check_full()
+        self.size += nbytes
+        self.next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, offset_of_max
+        self.bytes_since_index_entry = since
+        return result
 
     # ---- read -----------------------------------------------------------------------------
 
@@ -235,6 +238,7 @@ class LogSegment:
         removed = self.size - position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self._check_full()
         os.ftruncate(self.fd, position)
         self.size = position
         if not self._load_tail():
