@@ -1,5 +1,9 @@
 # cython: language_level=3
-"""Kafka's sparse segment indexes (.index, .timeindex) over an mmap(2)'d file.
+"""Kafka's sparse segment indexes (.index, .timeindex) over mmap(2)'d memory.
+
+A writable index keeps its entries in an anonymous mapping and pwrites the changed ones to the
+file at write_back / flush / trim / resize / close: a store into a file-backed page can stall for
+milliseconds behind the filesystem journal. A read-only index maps its file read-only.
 
 Contract: pybroker.contracts.index; pure twin: pybroker/_pure/index.py (same results, same
 errors and messages). Every read is of a slot below ``entries`` and ``entries * entry_size``
@@ -10,12 +14,13 @@ import os
 
 from cpython.long cimport PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
-from libc.errno cimport errno
-from libc.stdint cimport int64_t, uint32_t
-from posix.fcntl cimport O_CLOEXEC, O_RDWR, open as c_open
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t, uint32_t, uintptr_t
+from libc.string cimport memcpy
+from posix.fcntl cimport O_CLOEXEC, O_RDWR, O_WRONLY, open as c_open
 from posix.types cimport off_t
-from posix.unistd cimport close as c_close, ftruncate
-from posix.mman cimport MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, mmap, msync, munmap
+from posix.unistd cimport close as c_close, fdatasync, ftruncate, pread, pwrite
+from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 
 from pybroker.errors import CorruptIndexError, IndexFullError
 
@@ -67,6 +72,38 @@ cdef inline int64_t arg_i64(object v) except? -1:
     if to_i64(v, &out) != 0:
         raise OverflowError(f"{v} does not fit in int64")
     return out
+
+
+cdef int pwrite_all(int fd, const unsigned char *p, size_t n, off_t pos) noexcept nogil:
+    """Write all n bytes at pos (short writes and EINTR retried); 0 or an errno."""
+    cdef ssize_t w
+    while n:
+        w = pwrite(fd, p, n, pos)
+        if w < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        p += w
+        n -= <size_t>w
+        pos += w
+    return 0
+
+
+cdef int pread_all(int fd, unsigned char *p, size_t n, off_t pos) noexcept nogil:
+    """Read up to n bytes at pos (stops at end of file, EINTR retried); 0 or an errno."""
+    cdef ssize_t r
+    while n:
+        r = pread(fd, p, n, pos)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if r == 0:
+            return 0
+        p += r
+        n -= <size_t>r
+        pos += r
+    return 0
 
 
 cdef Py_ssize_t search_u32(const unsigned char *b, Py_ssize_t es, Py_ssize_t n, Py_ssize_t warm,
@@ -139,11 +176,12 @@ cdef Py_ssize_t lower_bound_u32(const unsigned char *b, Py_ssize_t es, Py_ssize_
 
 
 cdef class _Index:
-    """Shared mmap handling: open or preallocate, remap on resize, trim on close."""
+    """Shared memory handling: load or map, write back, resize, trim on close."""
 
     cdef unsigned char *_base
     cdef size_t _length
     cdef readonly str path
+    cdef bytes _bpath
     cdef readonly int64_t base_offset
     cdef readonly bint writable
     cdef readonly Py_ssize_t entries
@@ -151,6 +189,9 @@ cdef class _Index:
     cdef Py_ssize_t _es
     cdef Py_ssize_t _warm
     cdef Py_ssize_t _offset_field
+    cdef Py_ssize_t _dirty  # lowest slot changed since the last write-back; never above entries
+    cdef int _pins  # write-backs reading _base without the GIL
+    cdef list _retired  # (address, length) of mappings dropped while pinned, unmapped at unpin
     cdef int64_t _torn_size
     cdef bint _closed
     cdef str _kind
@@ -160,14 +201,21 @@ cdef class _Index:
         self._length = 0
         self._closed = True
         self._torn_size = -1
+        self._dirty = 0
+        self._pins = 0
+        self._retired = []
 
     def __dealloc__(self):
+        # No write-back can be running: it holds a reference to self.
         if self._base != NULL:
             munmap(self._base, self._length)
             self._base = NULL
+        if self._retired:
+            self._release_retired()
 
     cdef int _open(self, path, base_offset, max_index_size, writable, Py_ssize_t es, Py_ssize_t offset_field,
                    str kind) except -1:
+        cdef Py_ssize_t entries
         path = os.fsdecode(os.fspath(path))
         base_offset = PyNumber_Index(base_offset)
         max_index_size = PyNumber_Index(max_index_size)
@@ -179,6 +227,7 @@ cdef class _Index:
         self._unmap()
         self._closed = True
         self.path = path
+        self._bpath = os.fsencode(path)
         self.base_offset = base_offset
         self.writable = writable
         self._es = es
@@ -187,44 +236,121 @@ cdef class _Index:
         self._warm = WARM_BYTES // es
         self.entries = 0
         self.max_entries = 0
+        self._dirty = 0
         fd = os.open(path, (os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY) | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
             # A torn last entry (size not a whole number of entries) is reported by sanity_check.
             self._torn_size = size if size % es else -1
-            self.entries = size // es
-            length = size
+            entries = size // es
             if writable:
-                length = max(max_index_size // es * es, self.entries * es)
+                # Preallocated as Kafka does (sparse: no blocks yet); the entries live in memory.
+                length = max(max_index_size // es * es, entries * es)
                 if length != size:
                     os.ftruncate(fd, length)
-            self._map(fd, length)
+                self._load(fd, length, <size_t>entries * <size_t>es)
+            else:
+                self._map_file(fd, size)
+            self.entries = entries
+            self._dirty = entries
         finally:
             os.close(fd)
         self._closed = False
         return 0
 
-    cdef int _map(self, int fd, size_t length) except -1:
-        """Map length bytes of fd; the old mapping goes only once the new one exists."""
+    cdef unsigned char *_alloc(self, size_t length) except? NULL:
+        """Zeroed anonymous memory of length bytes; NULL for 0."""
+        cdef void *p
+        if length == 0:
+            return NULL
+        p = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if p == MAP_FAILED:
+            err = errno
+            raise OSError(err, os.strerror(err), self.path)
+        return <unsigned char *>p
+
+    cdef int _load(self, int fd, size_t length, size_t nbytes) except -1:
+        """Anonymous memory of length bytes holding the first nbytes (<= length) of fd."""
+        cdef unsigned char *p = self._alloc(length)
+        cdef int err = 0
+        if nbytes:
+            # p is not shared yet, so the read may run without the GIL.
+            with nogil:
+                err = pread_all(fd, p, nbytes, 0)
+            if err:
+                munmap(p, length)
+                raise OSError(err, os.strerror(err), self.path)
+        self._install(p, length)
+        return 0
+
+    cdef int _map_file(self, int fd, size_t length) except -1:
+        """Map length bytes of fd read-only."""
         cdef void *p = NULL
-        cdef int prot = PROT_READ | PROT_WRITE if self.writable else PROT_READ
         if length:
-            # Keeps the GIL: mmap(2) only sets up the mapping (no I/O) and the swap must look atomic.
-            p = mmap(NULL, length, prot, MAP_SHARED, fd, 0)
+            p = mmap(NULL, length, PROT_READ, MAP_SHARED, fd, 0)
             if p == MAP_FAILED:
                 err = errno
                 raise OSError(err, os.strerror(err), self.path)
+        self._install(<unsigned char *>p, length)
+        return 0
+
+    cdef void _install(self, unsigned char *p, size_t length) noexcept:
+        """Swap in new memory; with the GIL held the swap looks atomic to other threads."""
         self._unmap()
-        self._base = <unsigned char *>p
+        self._base = p
         self._length = length
         self.max_entries = <Py_ssize_t>(length // <size_t>self._es)
-        return 0
 
     cdef void _unmap(self) noexcept:
         if self._base != NULL:
-            munmap(self._base, self._length)
+            if self._pins:
+                # A write-back is still reading it without the GIL: the last one unmaps it.
+                self._retired.append((<uintptr_t>self._base, self._length))
+            else:
+                munmap(self._base, self._length)
             self._base = NULL
             self._length = 0
+
+    cdef void _release_retired(self) noexcept:
+        for addr, length in self._retired:
+            munmap(<void *><uintptr_t>addr, <size_t>length)
+        self._retired = []
+
+    cdef int _write_back(self, bint sync) except -1:
+        """pwrite slots [_dirty, entries) to the file, then fdatasync it if sync; both without the GIL."""
+        cdef Py_ssize_t lo = self._dirty, hi = self.entries
+        cdef const unsigned char *src = NULL
+        cdef size_t nbytes = 0
+        cdef off_t pos = 0
+        cdef const char *cpath = self._bpath
+        cdef int fd, err = 0
+        if lo >= hi and not sync:
+            return 0
+        if lo < hi:
+            src = self._base + lo * self._es
+            nbytes = <size_t>(hi - lo) * <size_t>self._es
+            pos = <off_t>lo * self._es
+        # Marked clean up front: a truncation meanwhile lowers _dirty again and is not lost.
+        self._dirty = hi
+        self._pins += 1
+        with nogil:
+            fd = c_open(cpath, O_WRONLY | O_CLOEXEC)
+            if fd < 0:
+                err = errno
+            else:
+                if nbytes:
+                    err = pwrite_all(fd, src, nbytes, pos)
+                if err == 0 and sync and fdatasync(fd) != 0:
+                    err = errno
+                c_close(fd)
+        self._pins -= 1
+        if self._pins == 0 and self._retired:
+            self._release_retired()
+        if err:
+            if self._dirty > lo:
+                self._dirty = lo
+            raise OSError(err, os.strerror(err), self.path)
+        return 0
 
     cdef inline int _check_open(self) except -1:
         if self._closed:
@@ -238,6 +364,12 @@ cdef class _Index:
         return 0
 
     cdef int _check_order(self) except -1:
+        return 0
+
+    cdef int _check_resize(self, new_max_size, Py_ssize_t rounded) except -1:
+        if rounded < self.entries * self._es:
+            raise ValueError(f"cannot resize {self._kind} {self.path} to {new_max_size} bytes: "
+                             f"it holds {self.entries} entries of {self._es} bytes")
         return 0
 
     def __len__(self):
@@ -268,61 +400,67 @@ cdef class _Index:
             if rel > U32_MAX:
                 rel = <int64_t>U32_MAX + 1
         self.entries = lower_bound_u32(self._base, self._es, self._offset_field, self.entries, rel)
+        if self._dirty > self.entries:
+            self._dirty = self.entries
 
     def truncate(self):
         """Drop all entries."""
         self._check_writable()
         self.entries = 0
+        self._dirty = 0
         self._torn_size = -1
 
+    def write_back(self):
+        """pwrite the entries changed since the last write-back to the file (no fsync)."""
+        self._check_open()
+        if self.writable:
+            self._write_back(False)
+
+    def flush(self):
+        """Write back, then fdatasync the file (no-op when read-only)."""
+        self._check_open()
+        if self.writable:
+            self._write_back(True)
+
     def trim_to_valid_size(self):
-        """Shrink the file and mapping to entries * entry_size."""
+        """Write back, shrink the file and memory to entries * entry_size."""
         self.resize(self.entries * self._es)
 
     def resize(self, new_max_size):
-        """Re-preallocate the file to new_max_size rounded down to whole entries."""
+        """Write back, then re-preallocate file and memory to new_max_size rounded down to whole entries."""
         cdef int fd, rc
-        cdef off_t length
+        cdef off_t flen
+        cdef size_t length
+        cdef unsigned char *p
         new_max_size = PyNumber_Index(new_max_size)
         self._check_writable()
-        es = self._es
-        rounded = max(new_max_size, 0) // es * es
-        if rounded < self.entries * es:
-            raise ValueError(f"cannot resize {self._kind} {self.path} to {new_max_size} bytes: "
-                             f"it holds {self.entries} entries of {es} bytes")
-        length = rounded
-        if <size_t>length == self._length:
+        rounded = max(new_max_size, 0) // self._es * self._es
+        flen = rounded
+        self._check_resize(new_max_size, flen)
+        self._write_back(False)
+        # Checked again: appends from other threads may have run while the write-back had no GIL.
+        self._check_resize(new_max_size, flen)
+        length = <size_t>flen
+        if length == self._length:
             return
-        # open/ftruncate/mmap keep the GIL: no other thread may see the file shrunk under the old mapping.
-        fd = c_open(os.fsencode(self.path), O_RDWR | O_CLOEXEC)
+        p = self._alloc(length)
+        # From here on the GIL is held: no append can land between the copy and the swap.
+        fd = c_open(self._bpath, O_RDWR | O_CLOEXEC)
         if fd < 0:
             err = errno
+            if p != NULL:
+                munmap(p, length)
             raise OSError(err, os.strerror(err), self.path)
-        try:
-            rc = ftruncate(fd, length)
-            if rc != 0:
-                err = errno
-                raise OSError(err, os.strerror(err), self.path)
-            self._map(fd, <size_t>length)
-        except BaseException:
-            # The old mapping may now reach past the end of the file: never touch it again.
-            self._unmap()
-            self._closed = True
-            raise
-        finally:
-            c_close(fd)
-
-    def flush(self):
-        """msync the mapped entries to the file."""
-        cdef int rc = 0
-        self._check_open()
-        if self.writable and self._base != NULL:
-            # A concurrent remap only makes msync fail (ENOMEM); it cannot fault.
-            with nogil:
-                rc = msync(self._base, self._length, MS_SYNC)
-            if rc != 0:
-                err = errno
-                raise OSError(err, os.strerror(err), self.path)
+        rc = ftruncate(fd, flen)
+        err = errno
+        c_close(fd)
+        if rc != 0:
+            if p != NULL:
+                munmap(p, length)
+            raise OSError(err, os.strerror(err), self.path)
+        if self.entries:
+            memcpy(p, self._base, <size_t>self.entries * <size_t>self._es)
+        self._install(p, length)
 
     def sanity_check(self):
         """CorruptIndexError if the file was torn (size not whole entries) or entries are out of order."""
@@ -333,7 +471,7 @@ cdef class _Index:
         self._check_order()
 
     def close(self):
-        """Trim a writable index, unmap it; idempotent."""
+        """Write back and trim a writable index, unmap it; idempotent."""
         if self._closed:
             return
         try:
@@ -350,9 +488,11 @@ cdef class OffsetIndex(_Index):
     Format: big-endian 8-byte entries, ``relative offset u32`` (offset - base_offset) then
     ``file position u32``; offsets strictly increase, positions never decrease. A writable index
     is preallocated to max_index_size (rounded down to whole entries) and trimmed to
-    ``entries * 8`` bytes on close; reopening counts ``file size // 8`` entries. Crash policy:
-    never checksummed; after an unclean shutdown the untrimmed file (zero padding counted as
-    entries) is rebuilt from the log.
+    ``entries * 8`` bytes on close; reopening counts ``file size // 8`` entries. Writable: appends
+    go to anonymous memory and reach the file at write_back / flush / trim / resize / close (a
+    store into a file-backed page can stall for milliseconds behind the filesystem journal).
+    Read-only: a file mapping. Crash policy: never checksummed; after an unclean shutdown the
+    file (stale or zero padding counted as entries) is rebuilt from the log.
     """
 
     def __init__(self, path, base_offset, max_index_size=10 * 1024 * 1024, writable=True):
@@ -448,8 +588,10 @@ cdef class TimeIndex(_Index):
     lies at or after O.
     ``is_full`` keeps the last slot free for the entry a roll appends with skip_full_check (Kafka).
     Preallocated while writable, trimmed to ``entries * 12`` bytes on close; reopening counts
-    ``file size // 12`` entries. Crash policy: never checksummed; rebuilt from the log after an
-    unclean shutdown.
+    ``file size // 12`` entries. Writable: appends go to anonymous memory and reach the file at
+    write_back / flush / trim / resize / close (a store into a file-backed page can stall for
+    milliseconds behind the filesystem journal). Read-only: a file mapping. Crash policy: never
+    checksummed; rebuilt from the log after an unclean shutdown.
     """
 
     def __init__(self, path, base_offset, max_index_size=10 * 1024 * 1024, writable=True):

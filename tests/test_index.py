@@ -52,7 +52,11 @@ def test_native_really_loaded():
 # -- differential state machines ----------------------------------------------------------------
 
 class _Machine(RuleBasedStateMachine):
-    """Drives one native and one pure index over separate files with the same operations."""
+    """Drives one native and one pure index over separate files with the same operations.
+
+    ``self.file`` models the file bytes: entries reach it only at a write-back point (write_back,
+    flush, trim, resize, close), from the lowest slot changed since the last one (``self.dirty``).
+    """
 
     root = None  # set by the test to its tmp_path
     ES = 0
@@ -94,7 +98,21 @@ class _Machine(RuleBasedStateMachine):
         max_size = max(max_size, self.ES)
         self.model = []
         self.max_entries = max_size // self.ES
+        self.file = bytearray(self.max_entries * self.ES)  # preallocated, all zero
+        self.dirty = 0
         self.open_all(True, max_size)
+
+    def model_write_back(self):
+        n = len(self.model)
+        self.file[self.dirty * self.ES:n * self.ES] = self.pack(self.model[self.dirty:])
+        self.dirty = n
+
+    def model_resize(self, max_entries):
+        """Write back, then cut or zero-extend the file, as resize / trim do."""
+        self.model_write_back()
+        self.max_entries = max_entries
+        del self.file[max_entries * self.ES:]
+        self.file.extend(bytes(max_entries * self.ES - len(self.file)))
 
     def teardown(self):
         for ix in self.idx.values():
@@ -123,16 +141,18 @@ class _Machine(RuleBasedStateMachine):
         target = data.draw(self.targets())
         if self.expect_mutation("truncate_to", target):
             self.model = [e for e in self.model if self.offset_of(e) < target]
+            self.dirty = min(self.dirty, len(self.model))
 
     @rule()
     def truncate(self):
         if self.expect_mutation("truncate"):
             self.model = []
+            self.dirty = 0
 
     @rule()
     def trim(self):
         if self.expect_mutation("trim_to_valid_size"):
-            self.max_entries = len(self.model)
+            self.model_resize(len(self.model))
 
     @rule(size=st.integers(-8, 700))
     def resize(self, size):
@@ -142,11 +162,19 @@ class _Machine(RuleBasedStateMachine):
                 assert result[:2] == ("err", ValueError)
             else:
                 assert result == ("ok", None)
-                self.max_entries = max(size, 0) // self.ES
+                self.model_resize(max(size, 0) // self.ES)
 
     @rule()
     def flush(self):
         assert self.both("flush") == ("ok", None)
+        if self.writable:
+            self.model_write_back()
+
+    @rule()
+    def write_back(self):
+        assert self.both("write_back") == ("ok", None)
+        if self.writable:
+            self.model_write_back()
 
     @rule()
     def sanity_check(self):
@@ -163,11 +191,13 @@ class _Machine(RuleBasedStateMachine):
             self.idx[impl].close()  # idempotent
         files = [open(self.path(impl), "rb").read() for impl in IMPLS]
         assert files[0] == files[1]
-        assert files[0] == self.pack(self.model)  # trimmed on close
+        assert files[0] == self.pack(self.model)  # written back and trimmed on close
         max_size = max(max_size, self.ES)
         self.open_all(writable, max_size)
         n = len(self.model)
         self.max_entries = max(max_size // self.ES, n) if writable else n
+        self.file = bytearray(files[0] + bytes((self.max_entries - n) * self.ES))
+        self.dirty = n
 
     @invariant()
     def same_state(self):
@@ -183,8 +213,8 @@ class _Machine(RuleBasedStateMachine):
         self.check_last()
         files = [open(self.path(impl), "rb").read() for impl in IMPLS]
         assert files[0] == files[1]
-        assert len(files[0]) == self.max_entries * self.ES
-        assert files[0][:len(self.model) * self.ES] == self.pack(self.model)
+        assert len(files[0]) == self.max_entries * self.ES  # preallocated while writable
+        assert files[0] == self.file  # appends and truncations reach it only at a write-back
 
 
 class OffsetMachine(_Machine):
@@ -708,7 +738,7 @@ def test_closed_and_bad_arguments(mod, tmp_path):
     ix.close()
     ix.close()
     assert ix.entries == 1
-    for call in (lambda: ix.lookup(1), lambda: ix.entry(0), lambda: ix.append(2, 2), ix.flush,
+    for call in (lambda: ix.lookup(1), lambda: ix.entry(0), lambda: ix.append(2, 2), ix.flush, ix.write_back,
                  ix.sanity_check, lambda: ix.last_offset, lambda: ix.resize(80)):
         with pytest.raises(ValueError, match="closed"):
             call()
@@ -734,7 +764,236 @@ def test_closed_and_bad_arguments(mod, tmp_path):
         assert ro.lookup(5) == (0, 0)
         ro.sanity_check()
         ro.flush()
+        ro.write_back()
         with pytest.raises(IndexError):
             ro.entry(0)
     with mod.OffsetIndex(tmp_path / "pathlike.index", 0, 80) as px:  # os.PathLike accepted
         assert isinstance(px.path, str)
+
+
+# -- write-back: entries live in memory until write_back / flush / trim / resize / close -------
+
+WRITE_BACK_POINTS = {
+    "write_back": lambda ix: ix.write_back(),
+    "flush": lambda ix: ix.flush(),
+    "trim": lambda ix: ix.trim_to_valid_size(),
+    "resize": lambda ix: ix.resize(8 * 12 * 10),
+    "close": lambda ix: ix.close(),
+}
+
+
+@pytest.mark.parametrize("point", sorted(WRITE_BACK_POINTS))
+def test_appends_reach_the_file_only_at_a_write_back(mod, tmp_path, point):
+    path = tmp_path / "a.index"
+    tpath = tmp_path / "a.timeindex"
+    ix = mod.OffsetIndex(str(path), 100, 8 * 12)
+    tx = mod.TimeIndex(str(tpath), 100, 12 * 8)
+    entries = [(100 + 3 * i, 50 * i) for i in range(6)]
+    stamps = [(1000 + i, 100 + 3 * i) for i in range(6)]
+    for e, t in zip(entries, stamps):
+        ix.append(*e)
+        assert tx.maybe_append(*t)
+    assert path.read_bytes() == bytes(8 * 12)  # preallocated, nothing written yet
+    assert tpath.read_bytes() == bytes(12 * 8)
+    assert ix.lookup(110) == (109, 150) and tx.last_entry == (1005, 115)  # served from memory
+    WRITE_BACK_POINTS[point](ix)
+    WRITE_BACK_POINTS[point](tx)
+    assert path.read_bytes()[:48] == pack_offsets(100, entries)
+    assert tpath.read_bytes()[:72] == pack_times(100, stamps)
+    if point in ("trim", "close"):
+        assert path.read_bytes() == pack_offsets(100, entries)
+        assert tpath.read_bytes() == pack_times(100, stamps)
+    if point != "close":
+        assert [ix.entry(i) for i in range(len(ix))] == entries  # still open and usable
+        assert tx.lookup(1003) == (1003, 109)
+        ix.close()
+        tx.close()
+    assert path.read_bytes() == pack_offsets(100, entries)
+    assert tpath.read_bytes() == pack_times(100, stamps)
+
+
+def test_write_back_writes_only_what_changed(mod, tmp_path):
+    path = tmp_path / "a.index"
+    ix = mod.OffsetIndex(str(path), 0, 80)
+    for i in range(4):
+        ix.append(i + 1, i)
+    ix.write_back()
+    assert path.read_bytes() == pack_offsets(0, [(1, 0), (2, 1), (3, 2), (4, 3)]) + bytes(48)
+    ix.append(5, 4)
+    path.write_bytes(b"\xee" * 80)  # not rewritten unless changed since the last write-back
+    ix.write_back()
+    assert path.read_bytes() == b"\xee" * 32 + pack_offsets(0, [(5, 4)]) + b"\xee" * 40
+    ix.truncate_to(3)  # slot 2 is the lowest changed
+    ix.append(7, 9)
+    ix.flush()
+    assert path.read_bytes() == (b"\xee" * 16 + pack_offsets(0, [(7, 9)]) + b"\xee" * 8
+                                 + pack_offsets(0, [(5, 4)]) + b"\xee" * 40)  # stale slot 4 stays
+    ix.truncate()
+    ix.close()
+    assert path.read_bytes() == b""
+
+
+def test_truncate_to_then_trim_leaves_exactly_the_rest(mod, tmp_path):
+    path = tmp_path / "a.index"
+    tpath = tmp_path / "a.timeindex"
+    ix = mod.OffsetIndex(str(path), 10, 800)
+    tx = mod.TimeIndex(str(tpath), 10, 1200)
+    for i in range(10):
+        ix.append(10 + 10 * i, 100 * i)
+        tx.maybe_append(5000 + i, 10 + 10 * i)
+    ix.flush()
+    tx.write_back()
+    ix.truncate_to(45)
+    tx.truncate_to(45)
+    ix.trim_to_valid_size()
+    tx.trim_to_valid_size()
+    assert path.read_bytes() == pack_offsets(10, [(10 + 10 * i, 100 * i) for i in range(4)])
+    assert tpath.read_bytes() == pack_times(10, [(5000 + i, 10 + 10 * i) for i in range(4)])
+    # Not yet written back either: truncate, refill below the old end, trim.
+    ix.resize(800)
+    ix.truncate_to(20)
+    ix.append(25, 7)
+    ix.trim_to_valid_size()
+    assert path.read_bytes() == pack_offsets(10, [(10, 0), (25, 7)])
+    ix.close()
+    tx.close()
+    assert path.read_bytes() == pack_offsets(10, [(10, 0), (25, 7)])
+
+
+@pytest.mark.parametrize("writer, reader", list(itertools.product(IMPLS, IMPLS)))
+def test_reopen_after_close_has_every_entry(tmp_path, writer, reader):
+    path, tpath = str(tmp_path / "a.index"), str(tmp_path / "a.timeindex")
+    entries = [(2**33 + 5 * i, 40 * i) for i in range(300)]
+    stamps = [(10**12 + 7 * i, 2**33 + 5 * i) for i in range(300)]
+    with MODS[writer].OffsetIndex(path, 2**33) as ix, MODS[writer].TimeIndex(tpath, 2**33) as tx:
+        for e, t in zip(entries[:200], stamps[:200]):
+            ix.append(*e)
+            tx.maybe_append(*t)
+        ix.write_back()  # part written back early, the rest only by close
+        for e, t in zip(entries[200:], stamps[200:]):
+            ix.append(*e)
+            tx.maybe_append(*t)
+    with MODS[reader].OffsetIndex(path, 2**33) as ix, MODS[reader].TimeIndex(tpath, 2**33) as tx:
+        assert [ix.entry(i) for i in range(len(ix))] == entries  # loaded into memory
+        assert [tx.entry(i) for i in range(len(tx))] == stamps
+        ix.sanity_check()
+        tx.sanity_check()
+        ix.append(2**33 + 5000, 99999)
+        assert tx.maybe_append(10**13, 2**33 + 5000)
+    with MODS[writer].OffsetIndex(path, 2**33, writable=False) as ro:
+        assert ro.entries == 301 and ro.entry(300) == (2**33 + 5000, 99999)
+    with MODS[writer].TimeIndex(tpath, 2**33, writable=False) as ro:
+        assert ro.last_entry == (10**13, 2**33 + 5000)
+    assert open(path, "rb").read() == pack_offsets(2**33, entries + [(2**33 + 5000, 99999)])
+
+
+def test_failed_write_back_keeps_entries_dirty(mod, tmp_path):
+    path = tmp_path / "a.index"
+    ix = mod.OffsetIndex(str(path), 0, 80)
+    ix.append(1, 10)
+    ix.write_back()
+    ix.append(2, 20)
+    os.remove(path)
+    with pytest.raises(FileNotFoundError):
+        ix.write_back()
+    with pytest.raises(FileNotFoundError):
+        ix.flush()
+    path.write_bytes(b"")
+    ix.write_back()  # retried from the same slot: only the second entry
+    assert path.read_bytes() == bytes(8) + pack_offsets(0, [(2, 20)])
+    assert ix.entries == 2 and ix.lookup(5) == (2, 20)
+    ix.close()
+    assert path.read_bytes() == bytes(8) + pack_offsets(0, [(2, 20)])
+
+
+def test_open_loads_existing_entries_into_memory(mod, tmp_path):
+    path = tmp_path / "a.index"
+    old = [(3, 0), (9, 4096)]
+    path.write_bytes(pack_offsets(0, old))
+    ix = mod.OffsetIndex(str(path), 0, 64)
+    assert path.read_bytes() == pack_offsets(0, old) + bytes(48)  # preallocated
+    path.write_bytes(b"\xff" * 64)  # later changes to the file are not seen: the entries are in memory
+    assert [ix.entry(i) for i in range(2)] == old and ix.lookup(10) == (9, 4096)
+    ix.append(12, 5000)
+    ix.close()
+    assert path.read_bytes() == b"\xff" * 16 + pack_offsets(0, [(12, 5000)])
+
+
+def test_write_back_concurrent_with_mutations(mod, tmp_path):
+    """write_back runs without the GIL: appends, truncations and remaps meanwhile lose nothing."""
+    import threading
+    path = tmp_path / "a.index"
+    ix = mod.OffsetIndex(str(path), 0, 8 * 64)
+    errors = []
+    done = threading.Event()
+
+    def writer():
+        try:
+            for i in range(400):
+                # flush's fdatasync keeps the memory pinned for a while: remaps land meanwhile.
+                ix.flush() if i % 4 == 0 else ix.write_back()
+                if done.is_set():
+                    break
+        except Exception as exc:  # reported by the main thread's assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    model = []
+    try:
+        for step in range(300):
+            if len(model) < ix.max_entries:
+                o = model[-1][0] + 1 + step % 3 if model else 0
+                ix.append(o, step)
+                model.append((o, step))
+            if step % 7 == 3 and model:
+                cut = model[len(model) // 2][0]
+                ix.truncate_to(cut)
+                model = [e for e in model if e[0] < cut]
+            if step % 11 == 5:
+                ix.resize(8 * (len(model) + 1 + step % 50))  # a remap while the writer may be pinned
+            if step % 29 == 0:
+                ix.trim_to_valid_size()
+                ix.resize(8 * 64)
+    finally:
+        done.set()
+        thread.join()
+    assert errors == []
+    assert [ix.entry(i) for i in range(len(ix))] == model
+    ix.close()
+    assert path.read_bytes() == pack_offsets(0, model)
+
+
+def test_remap_during_a_long_write_back(mod, tmp_path):
+    """Resizes swap the memory while another thread pwrites megabytes from it (without the GIL):
+    the write-back neither fails nor loses an entry, and the resizes see no dirty entries left."""
+    import threading
+    n = 1_000_000
+    path = tmp_path / "a.index"
+    ix = mod.OffsetIndex(str(path), 0, 8 * (n + 2))
+    for i in range(n):
+        ix.append(i, i)
+    errors = []
+    started = threading.Event()
+
+    def writer():
+        try:
+            started.set()
+            ix.write_back()  # one pwrite of 8 MB without the GIL, which the main thread then takes
+        except BaseException as exc:  # reported by the main thread's assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert started.wait(60)
+    for k in range(1, 7):  # each copies the entries to new, twice as large memory and drops the old
+        ix.resize(8 * (n + 2) << k)  # (so the dropped range is not simply reused by the next one)
+    ix.resize(8 * (n + 1))
+    thread.join()
+    assert errors == []
+    ix.append(n + 5, 7)
+    ix.close()
+    data = path.read_bytes()
+    assert len(data) == 8 * (n + 1)
+    assert data[-16:] == struct.pack(">IIII", n - 1, n - 1, n + 5, 7)
+    assert data[:8 * n] == b"".join(struct.pack(">II", i, i) for i in range(n))

@@ -1,4 +1,7 @@
-"""Pure twin of native/index.pyx: Kafka's sparse offset and time indexes over an mmap'd file.
+"""Pure twin of native/index.pyx: Kafka's sparse offset and time indexes.
+
+A writable index keeps its entries in a bytearray and pwrites the changed ones to the file at
+write_back / flush / trim / resize / close; a read-only index mmaps its file read-only.
 
 See pybroker.contracts.index for the shared contract; the class docstrings give the formats.
 """
@@ -32,7 +35,7 @@ def _i64(value) -> int:
 
 
 class _Index:
-    """Shared mmap handling: open or preallocate, remap on resize, trim on close."""
+    """Shared memory handling: load or map, write back, resize, trim on close."""
 
     ENTRY_SIZE = 0
     KIND = "index"
@@ -50,40 +53,82 @@ class _Index:
         self.path = path
         self.base_offset = base_offset
         self.writable = writable
-        self._mm = None
+        self._mm = None  # bytearray while writable, read-only mmap (None when empty) otherwise
         self._length = 0
         self._closed = True
         self._entries = 0
         self._max_entries = 0
+        self._dirty = 0  # lowest slot changed since the last write-back; never above _entries
         self._warm = WARM_BYTES // es
         fd = os.open(path, (os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY) | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
             # A torn last entry (size not a whole number of entries) is reported by sanity_check.
             self._torn_size = size if size % es else -1
-            self._entries = size // es
-            length = size
+            entries = size // es
             if writable:
-                length = max(max_index_size // es * es, self._entries * es)
+                # Preallocated as Kafka does (sparse: no blocks yet); the entries live in memory.
+                length = max(max_index_size // es * es, entries * es)
                 if length != size:
                     os.ftruncate(fd, length)
-            self._map(fd, length)
+                self._load(fd, length, entries * es)
+            else:
+                self._map_file(fd, size)
+            self._entries = self._dirty = entries
         finally:
             os.close(fd)
         self._closed = False
 
-    # -- mapping -----------------------------------------------------------------------------
+    # -- memory ------------------------------------------------------------------------------
 
-    def _map(self, fd, length):
-        access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-        self._mm = mmap.mmap(fd, length, access=access) if length else None
+    def _load(self, fd, length, nbytes):
+        """A bytearray of length bytes holding the first nbytes (<= length) of fd."""
+        buf = bytearray(length)
+        pos = 0
+        while pos < nbytes:
+            chunk = os.pread(fd, nbytes - pos, pos)
+            if not chunk:
+                break
+            buf[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+        self._install(buf, length)
+
+    def _map_file(self, fd, length):
+        self._install(mmap.mmap(fd, length, access=mmap.ACCESS_READ) if length else None, length)
+
+    def _install(self, mm, length):
+        self._unmap()
+        self._mm = mm
         self._length = length
         self._max_entries = length // self.ENTRY_SIZE
 
     def _unmap(self):
-        if self._mm is not None:
+        if isinstance(self._mm, mmap.mmap):
             self._mm.close()
-            self._mm = None
+        self._mm = None
+
+    def _write_back(self, sync):
+        """pwrite slots [_dirty, entries) to the file, then fdatasync it if sync."""
+        es = self.ENTRY_SIZE
+        lo, hi = self._dirty, self._entries
+        if lo >= hi and not sync:
+            return
+        # Marked clean up front: a truncation meanwhile lowers _dirty again and is not lost.
+        self._dirty = hi
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                with memoryview(self._mm) as view:
+                    pos, end = lo * es, hi * es
+                    while pos < end:
+                        pos += os.pwrite(fd, view[pos:end], pos)
+                if sync:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self._dirty = min(self._dirty, lo)
+            raise
 
     def _check_open(self):
         if self._closed:
@@ -93,6 +138,11 @@ class _Index:
         self._check_open()
         if not self.writable:
             raise io.UnsupportedOperation(f"{self.KIND} {self.path} is read-only")
+
+    def _check_resize(self, new_max_size, length):
+        if length < self._entries * self.ENTRY_SIZE:
+            raise ValueError(f"cannot resize {self.KIND} {self.path} to {new_max_size} bytes: "
+                             f"it holds {self._entries} entries of {self.ENTRY_SIZE} bytes")
 
     # -- common API --------------------------------------------------------------------------
 
@@ -140,11 +190,22 @@ class _Index:
             else:
                 hi = mid
         self._entries = lo
+        self._dirty = min(self._dirty, lo)
 
     def truncate(self):
         self._check_writable()
-        self._entries = 0
+        self._entries = self._dirty = 0
         self._torn_size = -1
+
+    def write_back(self):
+        self._check_open()
+        if self.writable:
+            self._write_back(False)
+
+    def flush(self):
+        self._check_open()
+        if self.writable:
+            self._write_back(True)
 
     def trim_to_valid_size(self):
         self.resize(self._entries * self.ENTRY_SIZE)
@@ -154,33 +215,21 @@ class _Index:
         self._check_writable()
         es = self.ENTRY_SIZE
         length = max(new_max_size, 0) // es * es
-        if length < self._entries * es:
-            raise ValueError(f"cannot resize {self.KIND} {self.path} to {new_max_size} bytes: "
-                             f"it holds {self._entries} entries of {es} bytes")
+        self._check_resize(new_max_size, length)
+        self._write_back(False)
+        # Checked again: other threads may have appended during the write-back.
+        self._check_resize(new_max_size, length)
         if length == self._length:
             return
+        buf = bytearray(length)
         fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            try:
-                # Appends from other threads must stop at the new end while the file shrinks.
-                self._max_entries = min(self._max_entries, length // es)
-                os.ftruncate(fd, length)
-                old = self._mm
-                self._map(fd, length)
-                if old is not None:
-                    old.close()
-            except BaseException:
-                # The old mapping may now reach past the end of the file: never touch it again.
-                self._unmap()
-                self._closed = True
-                raise
+            os.ftruncate(fd, length)
         finally:
             os.close(fd)
-
-    def flush(self):
-        self._check_open()
-        if self.writable and self._mm is not None:
-            self._mm.flush()
+        n = self._entries * es
+        buf[:n] = self._mm[:n]
+        self._install(buf, length)
 
     def sanity_check(self):
         self._check_open()
@@ -229,9 +278,11 @@ class OffsetIndex(_Index):
     Format: big-endian 8-byte entries, ``relative offset u32`` (offset - base_offset) then
     ``file position u32``; offsets strictly increase, positions never decrease. A writable index
     is preallocated to max_index_size (rounded down to whole entries) and trimmed to
-    ``entries * 8`` bytes on close; reopening counts ``file size // 8`` entries. Crash policy:
-    never checksummed; after an unclean shutdown the untrimmed file (zero padding counted as
-    entries) is rebuilt from the log.
+    ``entries * 8`` bytes on close; reopening counts ``file size // 8`` entries. Writable: appends
+    go to memory and reach the file at write_back / flush / trim / resize / close (a store into a
+    file-backed page can stall for milliseconds behind the filesystem journal). Read-only: a file
+    mapping. Crash policy: never checksummed; after an unclean shutdown the file (stale or zero
+    padding counted as entries) is rebuilt from the log.
     """
 
     ENTRY_SIZE = 8
@@ -293,8 +344,10 @@ class TimeIndex(_Index):
     lies at or after O.
     ``is_full`` keeps the last slot free for the entry a roll appends with skip_full_check (Kafka).
     Preallocated while writable, trimmed to ``entries * 12`` bytes on close; reopening counts
-    ``file size // 12`` entries. Crash policy: never checksummed; rebuilt from the log after an
-    unclean shutdown.
+    ``file size // 12`` entries. Writable: appends go to memory and reach the file at write_back /
+    flush / trim / resize / close (a store into a file-backed page can stall for milliseconds
+    behind the filesystem journal). Read-only: a file mapping. Crash policy: never checksummed;
+    rebuilt from the log after an unclean shutdown.
     """
 
     ENTRY_SIZE = 12

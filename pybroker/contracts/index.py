@@ -7,6 +7,13 @@ writable and trimmed to ``entries * entry_size`` on close. They are never checks
 unclean shutdown a reopened file counts ``size // entry_size`` entries (zero padding included) and
 the log rebuilds it from the segment.
 
+Memory: a writable index loads its entries at open and then works on process memory (native: an
+anonymous mapping, pure: a bytearray); appends and truncations reach the file only at a
+write-back (``write_back``, ``flush``, ``trim_to_valid_size``, ``resize``, ``close``), which
+pwrites the slots from the lowest one changed since the previous write-back up to ``entries``.
+Storing into a file-backed mapping instead could stall for milliseconds behind the filesystem
+journal on every freshly written-back page. A read-only index maps its file read-only.
+
 Errors shared by both: ``ValueError`` on a closed index (and bad constructor / resize
 arguments), ``io.UnsupportedOperation`` when mutating a read-only index, ``IndexFullError`` when
 no slot is left, ``CorruptIndexError`` for an entry that would break the ordering or does not fit
@@ -47,19 +54,22 @@ class _Index(Protocol):
         """Drop all entries."""
 
     def trim_to_valid_size(self) -> None:
-        """Shrink the file (and mapping) to entries * entry_size; lookups still work, appends are full."""
+        """Write back, shrink file and memory to entries * entry_size; lookups still work, appends are full."""
 
     def resize(self, new_max_size: int) -> None:
-        """Re-preallocate to new_max_size rounded down to whole entries (ValueError if below entries)."""
+        """Write back, re-preallocate to new_max_size rounded down to whole entries (ValueError if below entries)."""
+
+    def write_back(self) -> None:
+        """pwrite the entries changed since the last write-back to the file, no fsync (no-op when read-only)."""
 
     def flush(self) -> None:
-        """msync the mapping (no-op when read-only or empty)."""
+        """Write back, then fdatasync the file (no-op when read-only)."""
 
     def sanity_check(self) -> None:
         """CorruptIndexError if the file was not a whole number of entries or the entries are out of order."""
 
     def close(self) -> None:
-        """Trim a writable index, unmap it; idempotent."""
+        """Write back and trim a writable index, release its memory; idempotent."""
 
     def __enter__(self): ...
 
