@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# kcat is one of the real Kafka clients the broker tests drive
+if ! command -v kcat >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null; fi
+fi
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e ".[test]"
 

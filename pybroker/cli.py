@@ -1,19 +1,40 @@
 """The ``pybroker`` command: ``serve`` and ``dump-log``."""
 import argparse
+import logging
 import mmap
 import os
 import sys
 
 from pybroker import __version__, core
 
-NOT_YET = ("pybroker {version}: the Kafka protocol server is not built yet. This version holds the "
-           "storage core (log segments, indexes, batched writes, crash recovery, zero-copy transfer); "
-           "`pybroker serve` will start a broker once the network layer lands.")
-
-
 def serve(args) -> int:
-    print(NOT_YET.format(version=__version__), file=sys.stderr)
-    return 1
+    from pybroker.broker import Broker
+    from pybroker.config import BrokerConfig, ConfigError
+    from pybroker.errors import BrokerError
+    from pybroker.logs import setup_logging
+    from pybroker.net.server import run
+    try:
+        config = BrokerConfig.load(args.properties, args.override)
+    except (ConfigError, OSError) as exc:
+        print(f"pybroker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level)
+    if config.ignored:
+        logging.getLogger("pybroker.config").info("ignored config keys with no meaning here: %s",
+                                                   ", ".join(config.ignored))
+
+    async def main() -> None:
+        broker = await Broker(config).start()
+        listener = broker.advertised_listener
+        print(f"pybroker {__version__} listening on {listener.name}://{listener.host}:{broker.port}", flush=True)
+        await broker.run_until_signalled()
+
+    try:
+        run(main())
+    except BrokerError as exc:  # e.g. a log dir that cannot be used
+        print(f"pybroker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def dump_log(args) -> int:

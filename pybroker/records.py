@@ -55,13 +55,19 @@ def _encode_record(rec: Record, offset_delta: int, timestamp_delta: int) -> byte
 def build_batch(records, base_offset: int = 0, base_timestamp: int = 0,
                 attributes: int = 0, producer_id: int = -1, producer_epoch: int = -1,
                 base_sequence: int = -1, partition_leader_epoch: int = -1) -> bytearray:
-    """Encode ``records`` (Record objects, or plain bytes values) as one uncompressed batch."""
+    """Encode ``records`` (Record objects, or plain bytes values) as one batch.
+
+    The codec in ``attributes`` (bits 0-2) compresses the records section.
+    """
     recs = [r if isinstance(r, Record) else Record(value=r) for r in records]
     if not recs:
         raise ValueError("a record batch needs at least one record")
     stamps = [base_timestamp if r.timestamp is None else r.timestamp for r in recs]
     first_ts = stamps[0]
     body = b"".join(_encode_record(r, i, ts - first_ts) for i, (r, ts) in enumerate(zip(recs, stamps)))
+    if 1 <= attributes & 0x07 <= 4:  # other codec ids stay raw: tests build invalid batches on purpose
+        from pybroker.compression import compress
+        body = compress(attributes & 0x07, body)
     batch = bytearray(HEADER.size + len(body))
     HEADER.pack_into(batch, 0, base_offset, len(batch) - 12, partition_leader_epoch, 2, 0,
                      attributes, len(recs) - 1, first_ts, max(stamps), producer_id,
@@ -69,6 +75,66 @@ def build_batch(records, base_offset: int = 0, base_timestamp: int = 0,
     batch[HEADER.size:] = body
     struct.pack_into(">I", batch, 17, core.crc.crc32c(memoryview(batch)[CRC_START:]))
     return batch
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("truncated or overlong varint in a record")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise ValueError("truncated record field")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+@dataclass
+class DecodedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def decode_records(batch) -> list[DecodedRecord]:
+    """Every record of one batch (decompressed as needed), with absolute offsets and timestamps."""
+    from pybroker.compression import decompress
+    view = memoryview(batch).cast("B")
+    (base_offset, _, _, _, _, attributes, _, base_ts, max_ts, _, _, _, count) = HEADER.unpack_from(view, 0)
+    body = decompress(attributes & 0x07, view[HEADER.size:])
+    log_append = attributes & TIMESTAMP_LOG_APPEND
+    out, pos = [], 0
+    for _ in range(count):
+        length, pos = _read_varint(body, pos)
+        end = pos + length
+        pos += 1  # record attributes
+        ts_delta, pos = _read_varint(body, pos)
+        off_delta, pos = _read_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        n_headers, pos = _read_varint(body, pos)
+        headers = []
+        for _ in range(n_headers):
+            hkey, pos = _read_bytes(body, pos)
+            hval, pos = _read_bytes(body, pos)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        if pos != end:
+            raise ValueError(f"record length {length} does not match its fields")
+        out.append(DecodedRecord(base_offset + off_delta, max_ts if log_append else base_ts + ts_delta,
+                                 key, value, headers))
+    return out
 
 
 def value_batch(count: int, value_size: int, base_timestamp: int = 0, **kw) -> bytearray:

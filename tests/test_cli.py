@@ -14,10 +14,16 @@ def cli(*args):
                           text=True, timeout=60)
 
 
-def test_serve_says_plainly_that_the_server_is_not_built_yet():
-    out = cli("serve")
-    assert out.returncode == 1
-    assert "not built yet" in out.stderr
+def test_serve_refuses_bad_configuration_clearly(tmp_path):
+    out = cli("serve", "--override", "log.segmnet.bytes=100")
+    assert out.returncode == 2
+    assert "unknown config key 'log.segmnet.bytes'" in out.stderr and "log.segment.bytes" in out.stderr
+    out = cli("serve", "--override", "num.partitions=zero")
+    assert out.returncode == 2 and "num.partitions" in out.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = cli("serve", "--override", f"log.dirs={blocker}", "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+    assert out.returncode == 1 and "not usable" in out.stderr
 
 
 def test_dump_log_lists_batches_and_index_entries(tmp_path):

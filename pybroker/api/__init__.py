@@ -1,0 +1,14 @@
+"""Kafka APIs: one module per API key declaring API_KEY, MIN_VERSION, MAX_VERSION and handle().
+
+``handle(ctx, request)`` returns the response object, an awaitable of it, None (no response:
+acks=0), or a ``Parts`` list already encoded (zero-copy Fetch). ApiVersions advertises
+exactly this table.
+"""
+from pybroker.api import (api_versions, create_partitions, create_topics, delete_records,
+                          delete_topics, describe_configs, fetch, init_producer_id, list_offsets,
+                          metadata, offset_for_leader_epoch, produce)
+
+MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_versions,
+           create_topics, delete_topics, delete_records, init_producer_id, describe_configs,
+           create_partitions)
+TABLE = {m.API_KEY: m for m in MODULES}

@@ -1,0 +1,22 @@
+"""CreatePartitions: grow a topic's partition count (validate-only too)."""
+from pybroker.errors import BrokerError
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    results = []
+    for topic in request.topics:
+        error, message = 0, None
+        try:
+            ctx.broker.controller.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
+        except BrokerError as exc:
+            error, message = exc.code, str(exc)
+        results.append(Response.CreatePartitionsTopicResult(name=topic.name, error_code=error,
+                                                            error_message=message))
+    return Response(throttle_time_ms=0, results=results)

@@ -1,0 +1,58 @@
+"""Turns request frames into responses: decode, check the version, call the API module, encode.
+
+Implements the network layer's handler contract. A request this broker cannot decode, or an
+API or version it does not advertise, closes the connection (as Apache Kafka does) — except
+ApiVersions, which is answered in v0 with UNSUPPORTED_VERSION and our ranges (KIP-511).
+"""
+import inspect
+import struct
+
+from pybroker.api import TABLE, api_versions
+from pybroker.api.context import Parts, RequestContext
+from pybroker.errors import BrokerError
+from pybroker.protocol import (API_NAMES, UnsupportedVersionError, decode_request, encode_response,
+                               response_header_version)
+
+
+class UnsupportedRequestError(BrokerError):
+    code = 35  # UNSUPPORTED_VERSION
+
+
+class Dispatcher:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def handle(self, frame, conn):
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == api_versions.API_KEY and exc.header is not None:
+                return self._unsupported_api_versions(exc.header.correlation_id)
+            raise
+        key, version = header.request_api_key, header.request_api_version
+        api = TABLE.get(key)
+        if api is None or not api.MIN_VERSION <= version <= api.MAX_VERSION:
+            if key == api_versions.API_KEY:
+                return self._unsupported_api_versions(header.correlation_id)
+            raise UnsupportedRequestError(f"{API_NAMES.get(key, f'API {key}')} v{version} is not supported")
+        result = api.handle(RequestContext(self.broker, header, conn), request)
+        if inspect.isawaitable(result):
+            return self._finish(result, key, version, header.correlation_id)
+        return self._respond(result, key, version, header.correlation_id)
+
+    async def _finish(self, pending, key, version, correlation_id):
+        return self._respond(await pending, key, version, correlation_id)
+
+    @staticmethod
+    def _respond(result, key: int, version: int, correlation_id: int):
+        if result is None:
+            return None
+        header_version = response_header_version(key, version)
+        if isinstance(result, Parts):
+            head = struct.pack(">i", correlation_id) + (b"\x00" if header_version >= 1 else b"")
+            return [head, *result]
+        return [encode_response(header_version, correlation_id, result, version)]
+
+    @staticmethod
+    def _unsupported_api_versions(correlation_id: int):
+        return [encode_response(0, correlation_id, api_versions.unsupported_version_response(), 0)]

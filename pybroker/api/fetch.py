@@ -1,0 +1,60 @@
+"""Fetch: long-poll reads answered as header bytes plus file slices (no copy of record data).
+
+Sessions are not kept (session id 0: every request is a full fetch), which every client
+accepts. The response (v4-v11, non-flexible) is encoded here by hand so that each
+partition's records field can be a file slice sent with sendfile.
+"""
+import struct
+
+from pybroker.api.context import Parts
+from pybroker.replica.manager import FetchRequestPartition
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 11
+
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
+_TOPIC_ERROR = struct.Struct(">hi")
+
+
+async def handle(ctx, request):
+    partitions = [FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                        p.current_leader_epoch)
+                  for t in request.topics for p in t.partitions]
+    committed_only = request.isolation_level == 1
+    results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
+                                              request.max_bytes, committed_only)
+    return encode(ctx.version, request.topics, results, committed_only)
+
+
+def encode(version: int, topics, results, committed_only: bool) -> Parts:
+    """FetchResponse body for ``results`` (one per requested partition, in request order)."""
+    out = Parts()
+    buf = bytearray(_I32.pack(0))  # throttle_time_ms
+    if version >= 7:
+        buf += _TOPIC_ERROR.pack(0, 0)  # top-level error, session id
+    buf += _I32.pack(len(topics))
+    it = iter(results)
+    for topic in topics:
+        name = topic.topic.encode()
+        buf += struct.pack(">h", len(name)) + name + _I32.pack(len(topic.partitions))
+        for p in topic.partitions:
+            r = next(it)
+            buf += _PARTITION_HEAD.pack(p.partition, r.error, r.high_watermark, r.last_stable_offset)
+            if version >= 5:
+                buf += _I64.pack(r.log_start_offset)
+            buf += _I32.pack(0 if committed_only else -1)  # aborted transactions: none / null
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred read replica
+            if r.records is None:
+                buf += _I32.pack(0)
+            else:
+                buf += _I32.pack(r.records.length)
+                out.append(bytes(buf))
+                out.append(r.records)
+                buf = bytearray()
+    if buf:
+        out.append(bytes(buf))
+    return out

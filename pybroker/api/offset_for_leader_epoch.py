@@ -1,0 +1,30 @@
+"""OffsetForLeaderEpoch: where a leader epoch ended, so a replica knows where to truncate."""
+from pybroker.errors import BrokerError
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 23
+MIN_VERSION = 2
+MAX_VERSION = 3
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for p in topic.partitions:
+            partition = ctx.broker.replicas.get(topic.topic, p.partition)
+            error, epoch, end = UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+            if partition is not None:
+                try:
+                    partition.check_leader_epoch(p.current_leader_epoch)
+                    epoch, end = partition.end_offset_for_epoch(p.leader_epoch)
+                    error = 0
+                except BrokerError as exc:
+                    error = exc.code
+            parts.append(Response.EpochEndOffset(error_code=error, partition=p.partition,
+                                                 leader_epoch=epoch, end_offset=end))
+        topics.append(Response.OffsetForLeaderTopicResult(topic=topic.topic, partitions=parts))
+    return Response(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,500 @@
+"""Broker configuration under Kafka's names: ``server.properties``, environment, ``--override``.
+
+Sources, later ones win: built-in defaults < the properties file < ``PYBROKER_CFG_*``
+environment variables (``PYBROKER_CFG_LOG_DIRS=/data`` is ``log.dirs=/data``: prefix dropped,
+lower-cased, ``_`` becomes ``.``) < ``--override key=value``.
+
+The file is read as a Java Properties file: ``key=value``, ``key: value`` or ``key value``;
+``#``/``!`` comment lines; a line ending in an odd number of backslashes continues on the next one
+(whose leading whitespace is dropped); ``\\t \\n \\r \\f \\uXXXX`` escapes. Unlike Java, trailing
+whitespace of a value is trimmed as well (Kafka trims nearly every value it parses).
+
+Listeners: ``NAME://host:port``, comma-separated. Only the PLAINTEXT security protocol exists here.
+An empty host binds 127.0.0.1, never every interface: ask for ``0.0.0.0`` (or ``[::]``) explicitly,
+and then set ``advertised.listeners`` to an address clients can reach, as Kafka requires.
+
+Single-node KRaft keys are accepted when harmless: ``process.roles`` must be ``broker,controller``
+(combined mode), ``controller.quorum.voters`` may only name this node, ``controller.quorum.bootstrap
+.servers`` only one server; listeners named in ``controller.listener.names`` are not served (the
+controller runs in-process). ``zookeeper.connect`` selects the ZooKeeper metadata store (clusters);
+without it the ``local`` store in the first log dir is used. Kafka's stock ``server.properties``
+loads unchanged.
+"""
+import base64
+import binascii
+import difflib
+import logging
+import os
+import re
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from pybroker.log.config import BROKER_NAMES, LONG_MAX, LogConfig
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+ENV_PREFIX = "PYBROKER_CFG_"
+DEFAULT_HOST = "127.0.0.1"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+LOG_LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARNING", "WARNING": "WARNING", "ERROR": "ERROR"}
+
+# Kafka broker keys with no meaning here; accepted (so stock configs load) and reported as ignored.
+IGNORED = {
+    "num.network.threads": "one asyncio event loop serves all connections",
+    "num.io.threads": "requests are handled on the event loop, not a thread pool",
+    "socket.send.buffer.bytes": "the OS socket buffer sizes are used",
+    "socket.receive.buffer.bytes": "the OS socket buffer sizes are used",
+    "num.recovery.threads.per.data.dir": "log recovery is sequential",
+    "offsets.topic.replication.factor": "a single node holds one replica of every partition",
+    "transaction.state.log.replication.factor": "transactions are not supported",
+    "transaction.state.log.min.isr": "transactions are not supported",
+    "share.coordinator.state.topic.replication.factor": "share groups are not supported",
+    "share.coordinator.state.topic.min.isr": "share groups are not supported",
+    "inter.broker.listener.name": "every listener speaks PLAINTEXT; replicas use the first one",
+    "zookeeper.connection.timeout.ms": "the ZooKeeper client uses its own timeouts",
+}
+
+# key -> (field, minimum, maximum) for plain integer keys of BrokerConfig
+_INTS = {
+    "node.id": ("node_id", 0, INT_MAX),
+    "num.partitions": ("num_partitions", 1, INT_MAX),
+    "default.replication.factor": ("default_replication_factor", 1, INT_MAX),
+    "min.insync.replicas": ("min_insync_replicas", 1, INT_MAX),
+    "socket.request.max.bytes": ("socket_request_max_bytes", 1, INT_MAX),
+    "connections.max.idle.ms": ("connections_max_idle_ms", -LONG_MAX - 1, LONG_MAX),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, LONG_MAX),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
+    "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
+}
+_BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
+          "delete.topic.enable": "delete_topic_enable"}
+# broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
+_LOG_INTS = {
+    "log.segment.bytes": (14, INT_MAX),
+    "log.roll.ms": (1, LONG_MAX),
+    "log.roll.hours": (1, INT_MAX),
+    "log.retention.ms": (-LONG_MAX - 1, LONG_MAX),
+    "log.retention.minutes": (-INT_MAX - 1, INT_MAX),
+    "log.retention.hours": (-INT_MAX - 1, INT_MAX),
+    "log.retention.bytes": (-LONG_MAX - 1, LONG_MAX),
+    "log.flush.interval.messages": (1, LONG_MAX),
+    "log.flush.interval.ms": (1, LONG_MAX),
+    "log.index.interval.bytes": (0, INT_MAX),
+    "log.index.size.max.bytes": (12, INT_MAX),  # Kafka allows 4; one time-index entry needs 12
+    "message.max.bytes": (0, INT_MAX),
+}
+_STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map",
+            "controller.listener.names", "process.roles", "controller.quorum.voters",
+            "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
+            "cluster.id", "log.level", "log.message.timestamp.type", "broker.id")
+SUPPORTED = frozenset(_INTS) | frozenset(_BOOLS) | frozenset(_LOG_INTS) | frozenset(_STRINGS)
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message names the key, the bad value and what is allowed."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+DEFAULT_LISTENERS = (Listener("PLAINTEXT", DEFAULT_HOST, 9092),)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int = 0
+    listeners: tuple[Listener, ...] = DEFAULT_LISTENERS
+    advertised_listeners: tuple[Listener, ...] = ()     # empty: same as listeners
+    log_dirs: tuple[str, ...] = ("./pybroker-data",)
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    min_insync_replicas: int = 1
+    socket_request_max_bytes: int = 104857600
+    connections_max_idle_ms: int = 600000
+    log_retention_check_interval_ms: int = 300000
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 10080
+    group_initial_rebalance_delay_ms: int = 3000
+    cluster_id: str | None = None
+    log_level: str = "INFO"
+    zookeeper_connect: str | None = None
+    log: LogConfig = field(default_factory=LogConfig)
+    raw: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    ignored: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.advertised_listeners:
+            object.__setattr__(self, "advertised_listeners", self.listeners)
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: Sequence[str] = (),
+             env: Mapping[str, str] | None = None) -> "BrokerConfig":
+        """Read ``path`` (optional), ``PYBROKER_CFG_*`` from ``env`` (default os.environ), then overrides."""
+        raw: dict[str, str] = {}
+        where: dict[str, str] = {}
+        if path is not None:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")  # Java's own encoding for .properties
+            for key, value, line in parse_properties(text, path):
+                raw[key], where[key] = value, f"{path}:{line}"
+        env = os.environ if env is None else env
+        for name, value in env.items():
+            if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+                key = name[len(ENV_PREFIX):].lower().replace("_", ".")
+                raw[key], where[key] = value.strip(), f"environment {name}"
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ConfigError(f"--override {item!r}: expected KEY=VALUE")
+            raw[key], where[key] = value.strip(), "--override"
+        return cls.from_properties(raw, where)
+
+    @classmethod
+    def from_properties(cls, raw: Mapping[str, str], where: Mapping[str, str] | None = None) -> "BrokerConfig":
+        """Validate Kafka broker properties into a config; ``where`` names each key's source for errors."""
+        where = where or {}
+        ignored = []
+        for key in raw:
+            if key in IGNORED:
+                ignored.append(key)
+                log.info("ignoring config %s=%s: %s", key, raw[key], IGNORED[key])
+            elif key not in SUPPORTED:
+                known = sorted(SUPPORTED | IGNORED.keys())
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                src = f"{where[key]}: " if key in where else ""
+                raise ConfigError(f"{src}unknown config key {key!r}{hint}", key)
+        values = {}
+        for key, (name, lo, hi) in _INTS.items():
+            if key in raw:
+                values[name] = parse_int(key, raw[key], lo, hi)
+        for key, name in _BOOLS.items():
+            if key in raw:
+                values[name] = parse_bool(key, raw[key])
+        if "broker.id" in raw:
+            broker_id = parse_int("broker.id", raw["broker.id"], 0, INT_MAX)
+            if values.setdefault("node_id", broker_id) != broker_id:
+                raise ConfigError(f"broker.id={broker_id} and node.id={values['node_id']} differ; "
+                                  "set one of them (they are aliases)", "broker.id")
+        node_id = values.get("node_id", 0)
+        dirs = raw.get("log.dirs", raw.get("log.dir"))
+        if dirs is not None:
+            values["log_dirs"] = tuple(d.strip() for d in dirs.split(",") if d.strip())
+            if not values["log_dirs"]:
+                key = "log.dirs" if "log.dirs" in raw else "log.dir"
+                raise ConfigError(f"{key}={dirs!r}: give at least one log directory", key)
+        if raw.get("cluster.id"):
+            values["cluster_id"] = check_cluster_id(raw["cluster.id"])
+        if "log.level" in raw:
+            level = LOG_LEVELS.get(raw["log.level"].upper())
+            if level is None:
+                raise ConfigError(f"log.level={raw['log.level']!r}: expected one of DEBUG, INFO, "
+                                  "WARNING, ERROR", "log.level")
+            values["log_level"] = level
+        if raw.get("zookeeper.connect"):
+            values["zookeeper_connect"] = raw["zookeeper.connect"]
+        _check_kraft(raw, node_id)
+        listeners, advertised = _listeners(raw)
+        values.update(listeners=listeners, advertised_listeners=advertised)
+        values["log"] = _log_config(raw)
+        return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
+
+    def describe(self) -> dict[str, tuple[str | None, bool]]:
+        """Kafka key -> (value as a string, or None when unset; is_default) for DescribeConfigs."""
+        raw = self.raw
+        out: dict[str, tuple[str | None, bool]] = {}
+
+        def put(key, value, *keys):
+            out[key] = (value, not any(k in raw for k in (keys or (key,))))
+
+        for key, (name, _, _) in _INTS.items():
+            put(key, str(getattr(self, name)), *(("node.id", "broker.id") if key == "node.id" else ()))
+        for key, name in _BOOLS.items():
+            put(key, "true" if getattr(self, name) else "false")
+        put("broker.id", str(self.node_id), "node.id", "broker.id")
+        put("listeners", ",".join(map(str, self.listeners)))
+        put("advertised.listeners", ",".join(map(str, self.advertised_listeners)), "advertised.listeners",
+            "listeners")
+        put("listener.security.protocol.map", raw.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
+        for key in ("controller.listener.names", "process.roles", "controller.quorum.voters",
+                    "controller.quorum.bootstrap.servers"):
+            put(key, raw.get(key, ""))
+        put("zookeeper.connect", self.zookeeper_connect)
+        put("log.dirs", ",".join(self.log_dirs), "log.dirs", "log.dir")
+        put("log.dir", raw.get("log.dir", self.log_dirs[0]), "log.dir", "log.dirs")
+        put("cluster.id", self.cluster_id)
+        put("log.level", self.log_level)
+        lc = self.log
+        for name, key in _BROKER_LOG_NAMES.items():
+            value = getattr(lc, name)
+            group = {"log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+                     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours")}
+            put(key, str(value), *group.get(key, (key,)))
+        put("log.roll.hours", raw.get("log.roll.hours", "168"))
+        put("log.retention.minutes", raw.get("log.retention.minutes"))
+        put("log.retention.hours", raw.get("log.retention.hours", "168"))
+        return out
+
+
+_BROKER_LOG_NAMES = {f.name: BROKER_NAMES[f.name] for f in fields(LogConfig)}  # LogConfig field -> key
+
+
+def parse_int(key: str, value: str, lo: int, hi: int) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ConfigError(f"{key}={value!r}: expected an integer", key)
+    n = int(text)
+    if not lo <= n <= hi:
+        allowed = f"at least {lo}" if n < lo and hi in (INT_MAX, LONG_MAX) else f"between {lo} and {hi}"
+        raise ConfigError(f"{key}={value!r}: must be {allowed}", key)
+    return n
+
+
+def parse_bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{key}={value!r}: expected true or false", key)
+    return text == "true"
+
+
+def check_cluster_id(value: str, key: str = "cluster.id") -> str:
+    """Kafka cluster ids are a UUID in unpadded base64url: 22 characters."""
+    ok = re.fullmatch(r"[A-Za-z0-9_-]{22}", value) is not None
+    if ok:
+        try:
+            ok = len(base64.urlsafe_b64decode(value + "==")) == 16
+        except (binascii.Error, ValueError):
+            ok = False
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: expected a Kafka cluster id, 16 bytes in unpadded base64url "
+                          "(22 characters, e.g. from `kafka-storage random-uuid`)", key)
+    return value
+
+
+def parse_listener(key: str, text: str) -> Listener:
+    m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]\s]*\]|[^:/\[\]\s]*):([0-9]+)", text.strip())
+    if m is None:
+        raise ConfigError(f"{key}: bad listener {text!r}: expected NAME://host:port, e.g. "
+                          "PLAINTEXT://127.0.0.1:9092", key)
+    name, host, port = m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))
+    if port > 65535:
+        raise ConfigError(f"{key}: bad listener {text!r}: port must be between 0 and 65535", key)
+    return Listener(name, host or DEFAULT_HOST, port)
+
+
+def parse_listeners(key: str, text: str) -> tuple[Listener, ...]:
+    result = tuple(parse_listener(key, item) for item in text.split(",") if item.strip())
+    names = [lst.name for lst in result]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{key}={text!r}: listener name {name} is used more than once; "
+                              "each listener needs its own name", key)
+    bound = [(lst.host, lst.port) for lst in result if lst.port]
+    for addr in bound:
+        if bound.count(addr) > 1:
+            raise ConfigError(f"{key}={text!r}: two listeners on {addr[0]}:{addr[1]}", key)
+    return result
+
+
+def _protocol_map(raw: Mapping[str, str]) -> dict[str, str] | None:
+    text = raw.get("listener.security.protocol.map")
+    if text is None:
+        return None
+    result = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, sep, proto = item.partition(":")
+        proto = proto.strip().upper()
+        if not sep or not name.strip() or proto not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: bad entry {item.strip()!r}: expected "
+                              f"NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}",
+                              "listener.security.protocol.map")
+        result[name.strip().upper()] = proto
+    return result
+
+
+def _listeners(raw: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[Listener, ...]]:
+    """Served and advertised listeners: controller listeners dropped, PLAINTEXT only."""
+    protocols = _protocol_map(raw)
+    controller = {n.strip().upper() for n in raw.get("controller.listener.names", "").split(",") if n.strip()}
+    listeners = parse_listeners("listeners", raw["listeners"]) if "listeners" in raw else DEFAULT_LISTENERS
+    listeners = tuple(lst for lst in listeners if lst.name not in controller)
+    if not listeners:
+        raise ConfigError(f"listeners={raw.get('listeners', '')!r}: no broker listener (controller listeners "
+                          f"{', '.join(sorted(controller)) or 'none'} are not served)", "listeners")
+    for lst in listeners:
+        proto = (protocols or {p: p for p in SECURITY_PROTOCOLS}).get(lst.name)
+        if proto is None:
+            raise ConfigError(f"listeners: listener {lst} has no security protocol: name it PLAINTEXT or map "
+                              f"it in listener.security.protocol.map (e.g. {lst.name}:PLAINTEXT)", "listeners")
+        if proto != "PLAINTEXT":
+            raise ConfigError(f"listeners: listener {lst} uses security protocol {proto}, which is not "
+                              "supported: pybroker speaks PLAINTEXT only", "listeners")
+    names = {lst.name for lst in listeners}
+    if "advertised.listeners" in raw:
+        advertised = tuple(a for a in parse_listeners("advertised.listeners", raw["advertised.listeners"])
+                           if a.name not in controller)
+        for a in advertised:
+            if a.name not in names:
+                raise ConfigError(f"advertised.listeners: {a} names no listener in listeners "
+                                  f"({', '.join(sorted(names))})", "advertised.listeners")
+        key = "advertised.listeners"
+    else:
+        advertised, key = listeners, "listeners"
+    for a in advertised:
+        if a.host in ("0.0.0.0", "::"):
+            raise ConfigError(f"{key}: {a} cannot be advertised: clients cannot connect to {a.host}; set "
+                              "advertised.listeners to a routable address", "advertised.listeners")
+    return listeners, advertised
+
+
+def _check_kraft(raw: Mapping[str, str], node_id: int) -> None:
+    """Accept the KRaft keys of a single combined node; anything more needs a quorum we do not run."""
+    roles = raw.get("process.roles")
+    if roles is not None:
+        got = {r.strip() for r in roles.split(",") if r.strip()}
+        if got != {"broker", "controller"}:
+            raise ConfigError(f"process.roles={roles!r}: only broker,controller (a combined node) is supported; "
+                              "a separate controller quorum is not", "process.roles")
+        if raw.get("zookeeper.connect"):
+            raise ConfigError("process.roles (KRaft) and zookeeper.connect exclude each other; set one",
+                              "zookeeper.connect")
+    voters = raw.get("controller.quorum.voters")
+    if voters:
+        items = [v.strip() for v in voters.split(",") if v.strip()]
+        m = re.fullmatch(r"([0-9]+)@(\[[^\]]*\]|[^:]+):([0-9]+)", items[0]) if items else None
+        if m is None or len(items) != 1 or int(m.group(1)) != node_id:
+            raise ConfigError(f"controller.quorum.voters={voters!r}: only a single voter that is this node "
+                              f"({node_id}@host:port) is supported", "controller.quorum.voters")
+    servers = raw.get("controller.quorum.bootstrap.servers")
+    if servers and len([s for s in servers.split(",") if s.strip()]) != 1:
+        raise ConfigError(f"controller.quorum.bootstrap.servers={servers!r}: only one server (this node) "
+                          "is supported", "controller.quorum.bootstrap.servers")
+
+
+def _log_config(raw: Mapping[str, str]) -> LogConfig:
+    """Broker-level topic defaults; log.roll.ms beats .hours; log.retention.ms beats .minutes beats .hours."""
+    n = {key: parse_int(key, raw[key], lo, hi) for key, (lo, hi) in _LOG_INTS.items() if key in raw}
+    values = {}
+    for name, key in _BROKER_LOG_NAMES.items():
+        if key in n:
+            values[name] = n[key]
+    if "log.roll.ms" not in n and "log.roll.hours" in n:
+        values["segment_ms"] = n["log.roll.hours"] * 3_600_000
+    if "log.retention.ms" in n:
+        retention = n["log.retention.ms"]
+    elif "log.retention.minutes" in n:
+        retention = n["log.retention.minutes"] * 60_000
+    elif "log.retention.hours" in n:
+        retention = n["log.retention.hours"] * 3_600_000
+    else:
+        retention = None
+    if retention is not None:
+        values["retention_ms"] = -1 if retention < 0 else retention
+    if "log.message.timestamp.type" in raw:
+        ts = raw["log.message.timestamp.type"].strip()
+        if ts not in ("CreateTime", "LogAppendTime"):
+            raise ConfigError(f"log.message.timestamp.type={ts!r}: expected CreateTime or LogAppendTime",
+                              "log.message.timestamp.type")
+        values["message_timestamp_type"] = ts
+    try:
+        return LogConfig(**values)
+    except ValueError as exc:
+        raise ConfigError(f"invalid log settings: {exc}") from None
+
+
+def parse_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
+    """(key, value, line number) for each entry of a Java Properties text, in order."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    out = []
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue  # a comment ending in a backslash does not continue
+        while _continues(line):
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip(" \t\f")
+            i += 1
+        key, value = _split_entry(line)
+        try:
+            out.append((_unescape(key), _unescape(value), lineno))
+        except ValueError as exc:
+            raise ConfigError(f"{source}:{lineno}: {exc}") from None
+    return out
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    """Split at the first unescaped '=', ':' or whitespace; the value keeps its escapes."""
+    i, n = 0, len(line)
+    while i < n and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key = line[:min(i, n)]
+    rest = line[min(i, n):].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    value = rest.rstrip(" \t\f")
+    if _continues(value) and len(value) < len(rest):
+        value = rest[:len(value) + 1]  # an escaped trailing space stays
+    return key, value
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 >= len(text):
+            out.append(c)
+            i += 1
+            continue
+        c = text[i + 1]
+        if c == "u":
+            digits = text[i + 2:i + 6]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise ValueError(f"malformed \\uxxxx escape in {text!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_ESCAPES.get(c, c))
+            i += 2
+    return "".join(out)

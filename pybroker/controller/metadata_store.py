@@ -1,0 +1,317 @@
+"""The ``local`` metadata store: the topic table of a single node, kept in its first log dir.
+
+Files (in ``log_dir``):
+
+* ``meta.properties`` -- as Kafka writes it (``version=1``, ``cluster.id``, ``node.id``,
+  ``directory.id``); written once on first start, then only checked: another node id or cluster
+  id is an error, never silently adopted.
+* ``pybroker-metadata.json`` -- ``{"format": 1, "cluster_id", "generation", "topics": [...]}``;
+  ``generation`` counts committed changes. Every change rewrites the whole file: temp file,
+  fsync, rename over the old one, fsync of the directory. A kill at any point leaves either the
+  old or the new table; a leftover ``.tmp`` is discarded at start. An unreadable table is an
+  error (``MetadataCorruptError``), never an empty cluster.
+
+A change is written to disk before it becomes visible in memory, so a failed write changes
+nothing. Records handed out are snapshots: changes replace them, never mutate them.
+"""
+import base64
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
+
+from pybroker.config import ConfigError, check_cluster_id, parse_properties
+from pybroker.errors import BrokerError
+from pybroker.log.checkpoint import fsync_dir
+
+META_PROPERTIES = "meta.properties"
+METADATA_FILE = "pybroker-metadata.json"
+FORMAT = 1
+MAX_TOPIC_NAME = 249
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+class MetadataError(BrokerError):
+    """Base of the metadata store's errors; ``code`` is the Kafka error code."""
+    code = -1
+
+    def __str__(self) -> str:  # KeyError subclasses would otherwise print repr(message)
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(MetadataError, KeyError):
+    code = 36  # TOPIC_ALREADY_EXISTS
+
+
+class UnknownTopicError(MetadataError, KeyError):
+    code = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidTopicError(MetadataError, ValueError):
+    code = 17  # INVALID_TOPIC_EXCEPTION
+
+
+class InvalidPartitionsError(MetadataError, ValueError):
+    code = 37  # INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(MetadataError, ValueError):
+    code = 38  # INVALID_REPLICATION_FACTOR
+
+
+class InvalidConfigError(MetadataError, ValueError):
+    code = 40  # INVALID_CONFIG
+
+
+class InconsistentClusterIdError(MetadataError):
+    """meta.properties names another cluster (Kafka's InconsistentClusterIdException)."""
+    code = 104  # INCONSISTENT_CLUSTER_ID
+
+
+class InconsistentNodeIdError(MetadataError):
+    """meta.properties names another node (Kafka's InconsistentBrokerIdException)."""
+
+
+class MetadataCorruptError(MetadataError):
+    """meta.properties or the topic table cannot be read; needs an operator, not a guess."""
+    code = 56  # KAFKA_STORAGE_ERROR
+
+
+def random_uuid() -> uuid.UUID:
+    """A random UUID as Kafka makes them: never the reserved 0/1, never '-' first in base64."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not uuid_to_base64(u).startswith("-"):
+            return u
+
+
+def uuid_to_base64(u: uuid.UUID) -> str:
+    """Kafka's string form of a UUID: unpadded base64url of its 16 bytes."""
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
+
+
+def new_cluster_id() -> str:
+    """A fresh Kafka cluster id: 22 characters of unpadded base64url."""
+    return uuid_to_base64(random_uuid())
+
+
+def validate_topic_name(name) -> None:
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL_NAME.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} is illegal: it may only contain ASCII letters, "
+                                "digits, '.', '_' and '-'")
+
+
+@dataclass
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides only (Kafka names)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "topic_id": str(self.topic_id), "partitions": self.partitions,
+                "replication_factor": self.replication_factor, "configs": dict(sorted(self.configs.items()))}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "TopicRecord":
+        configs = obj["configs"]
+        if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
+            raise ValueError(f"bad configs of topic {obj['name']!r}")
+        return cls(str(obj["name"]), uuid.UUID(obj["topic_id"]), int(obj["partitions"]),
+                   int(obj["replication_factor"]), dict(configs))
+
+
+class LocalMetadataStore:
+    """The topic table of a single node (replication factor 1), persisted in ``log_dir``."""
+
+    def __init__(self, log_dir: str, node_id: int, cluster_id: str | None = None):
+        self.log_dir = log_dir
+        self.node_id = node_id
+        self.path = os.path.join(log_dir, METADATA_FILE)
+        self._lock = threading.Lock()  # callers may run changes off the event loop
+        if cluster_id is not None:
+            check_cluster_id(cluster_id)  # ConfigError: a bad argument, not a bad disk
+        os.makedirs(log_dir, exist_ok=True)
+        self.cluster_id = self._load_meta_properties(cluster_id)
+        self.generation, topics = self._load_table()
+        self._topics: dict[str, TopicRecord] = topics
+        self.topics: Mapping[str, TopicRecord] = MappingProxyType(self._topics)
+
+    # -- changes ---------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: Mapping[str, str] | None = None) -> TopicRecord:
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+        if not isinstance(replication_factor, int) or replication_factor < 1:
+            raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {replication_factor}")
+        if replication_factor > 1:
+            raise InvalidReplicationFactorError(f"replication factor: {replication_factor} larger than "
+                                                "available brokers: 1")
+        configs = self._clean_configs(configs or {})
+        with self._lock:
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            collides = _collision_key(name)
+            for other in self._topics:
+                if _collision_key(other) == collides:
+                    raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} "
+                                            "('.' and '_' are the same in metric names)")
+            record = TopicRecord(name, random_uuid(), partitions, replication_factor, configs)
+            self._commit({**self._topics, name: record})
+            return record
+
+    def delete_topic(self, name: str) -> TopicRecord:
+        with self._lock:
+            record = self._get(name)
+            self._commit({n: r for n, r in self._topics.items() if n != name})
+            return record
+
+    def set_partitions(self, name: str, count: int) -> None:
+        """Grow a topic to ``count`` partitions; shrinking is impossible, as in Kafka."""
+        with self._lock:
+            record = self._get(name)
+            if not isinstance(count, int) or count <= record.partitions:
+                what = "already has" if count == record.partitions else "currently has"
+                raise InvalidPartitionsError(f"topic {name!r} {what} {record.partitions} partitions; "
+                                             f"it can only grow, got {count}")
+            self._commit({**self._topics, name: replace(record, partitions=count)})
+
+    def set_configs(self, name: str, configs: Mapping[str, str | None]) -> None:
+        """Set topic-level overrides; a None value removes an override."""
+        for key, value in configs.items():
+            if not isinstance(key, str) or not key or not (value is None or isinstance(value, str)):
+                raise InvalidConfigError(f"bad topic config {key!r}={value!r}: keys and values are strings")
+        with self._lock:
+            record = self._get(name)
+            merged = dict(record.configs)
+            for key, value in configs.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            self._commit({**self._topics, name: replace(record, configs=merged)})
+
+    # -- internals -------------------------------------------------------------------------
+    def _get(self, name: str) -> TopicRecord:
+        record = self._topics.get(name)
+        if record is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return record
+
+    @staticmethod
+    def _clean_configs(configs: Mapping[str, str]) -> dict[str, str]:
+        for key, value in configs.items():
+            if not isinstance(key, str) or not key or not isinstance(value, str):
+                raise InvalidConfigError(f"bad topic config {key!r}={value!r}: keys and values are strings")
+        return dict(configs)
+
+    def _commit(self, topics: dict[str, TopicRecord]) -> None:
+        """Write the new table durably, then make it the current one."""
+        body = {"format": FORMAT, "cluster_id": self.cluster_id, "generation": self.generation + 1,
+                "topics": [r.to_json() for _, r in sorted(topics.items())]}
+        _write_atomically(self.path, json.dumps(body, indent=1).encode("utf-8") + b"\n")
+        self.generation += 1
+        self._topics.clear()
+        self._topics.update(topics)
+
+    def _load_table(self) -> tuple[int, dict[str, TopicRecord]]:
+        try:
+            os.unlink(self.path + ".tmp")  # an interrupted write; the old table is intact
+        except FileNotFoundError:
+            pass
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return 0, {}
+        except OSError as exc:
+            raise MetadataCorruptError(f"{self.path}: cannot read: {exc}") from None
+        try:
+            body = json.loads(data)
+            if body.get("format") != FORMAT:
+                raise ValueError(f"unknown format {body.get('format')!r}")
+            generation = int(body["generation"])
+            topics = {}
+            for obj in body["topics"]:
+                record = TopicRecord.from_json(obj)
+                validate_topic_name(record.name)
+                topics[record.name] = record
+            owner = body["cluster_id"]
+        except (ValueError, KeyError, TypeError, AttributeError, InvalidTopicError) as exc:
+            raise MetadataCorruptError(f"{self.path}: unreadable topic table ({exc}); restore it from a "
+                                       "backup or remove it to start with no topics") from None
+        if owner != self.cluster_id:
+            raise InconsistentClusterIdError(f"{self.path} belongs to cluster {owner}, but "
+                                             f"{META_PROPERTIES} says {self.cluster_id}")
+        return generation, topics
+
+    def _load_meta_properties(self, cluster_id: str | None) -> str:
+        path = os.path.join(self.log_dir, META_PROPERTIES)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            cluster_id = cluster_id or new_cluster_id()
+            write_meta_properties(path, cluster_id, self.node_id)
+            return cluster_id
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MetadataCorruptError(f"{path}: cannot read: {exc}") from None
+        props = dict((k, v) for k, v, _ in self._check(lambda: parse_properties(text, path)))
+        version = props.get("version")
+        id_key = {"0": "broker.id", "1": "node.id"}.get(version)
+        if id_key is None:
+            raise MetadataCorruptError(f"{path}: unsupported version {version!r} (expected 0 or 1)")
+        stored_node = props.get(id_key)
+        stored_cluster = props.get("cluster.id")
+        if stored_node is None or not stored_node.lstrip("-").isdigit() or not stored_cluster:
+            raise MetadataCorruptError(f"{path}: needs {id_key} and cluster.id, found {sorted(props)}")
+        if int(stored_node) != self.node_id:
+            raise InconsistentNodeIdError(f"{path} was written by node {stored_node}, but this is node "
+                                          f"{self.node_id} (node.id); point log.dirs elsewhere or fix node.id")
+        if cluster_id is not None and cluster_id != stored_cluster:
+            raise InconsistentClusterIdError(f"{path} belongs to cluster {stored_cluster}, but this broker "
+                                             f"is configured for cluster {cluster_id} (cluster.id)")
+        return stored_cluster
+
+    @staticmethod
+    def _check(fn):
+        try:
+            return fn()
+        except ConfigError as exc:
+            raise MetadataCorruptError(str(exc)) from None
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def write_meta_properties(path: str, cluster_id: str, node_id: int) -> None:
+    """Kafka's KRaft v1 meta.properties, comment header included, written atomically."""
+    stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+    text = (f"#\n#{stamp}\nnode.id={node_id}\ndirectory.id={uuid_to_base64(random_uuid())}\n"
+            f"version=1\ncluster.id={cluster_id}\n")
+    _write_atomically(path, text.encode("utf-8"))
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
