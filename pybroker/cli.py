@@ -103,6 +103,8 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--index-interval", type=int, default=4096)
     p.set_defaults(func=dump_log)
+    from pybroker.tools import add_commands  # topics, produce, consume
+    add_commands(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

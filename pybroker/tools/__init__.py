@@ -1,0 +1,83 @@
+"""Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``.
+
+Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
+The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
+"""
+import argparse
+import sys
+
+
+def _property(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _runner(module: str):
+    def run(args) -> int:
+        import importlib
+        from pybroker.tools.wire import ToolError
+        try:
+            return importlib.import_module(f"pybroker.tools.{module}").run(args)
+        except ToolError as exc:
+            print(f"pybroker {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:  # e.g. piped into head: not an error
+            sys.stderr.close()
+            return 0
+    return run
+
+
+def add_commands(sub) -> None:
+    """Add the tool sub-commands to the ``pybroker`` argument parser."""
+    p = sub.add_parser("topics", help="create, list, describe, alter and delete topics (kafka-topics)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    action = p.add_mutually_exclusive_group(required=True)
+    for name, doc in (("create", "create a topic"), ("list", "list topic names"),
+                      ("describe", "describe topics: partitions, leaders, replicas, ISR, config overrides"),
+                      ("delete", "delete a topic"), ("alter", "increase a topic's partition count")):
+        action.add_argument(f"--{name}", action="store_true", help=doc)
+    p.add_argument("--topic", help="the topic name")
+    p.add_argument("--partitions", type=int, help="partition count (create; new count for alter)")
+    p.add_argument("--replication-factor", type=int, help="replicas per partition (create)")
+    p.add_argument("--config", type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config override (create); repeatable")
+    p.add_argument("--if-not-exists", action="store_true", help="create: succeed if the topic exists")
+    p.add_argument("--if-exists", action="store_true", help="alter/delete/describe: succeed if it does not")
+    p.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
+                   help="timeout for each broker request (default 30000)")
+    p.set_defaults(func=_runner("topics"))
+
+    p = sub.add_parser("produce", help="send lines of stdin as records (kafka-console-producer)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, help="send every record to this partition")
+    p.add_argument("--acks", default="-1", choices=["-1", "all", "0", "1"],
+                   help="acknowledgements the leader waits for (default -1 = all in-sync replicas)")
+    p.add_argument("--compression-codec", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--batch-size", type=int, default=500, metavar="N", help="records per batch (default 500)")
+    p.add_argument("--request-timeout-ms", type=int, default=30000, metavar="MS")
+    p.add_argument("--property", type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help="parse.key=true, key.separator=SEP (default tab), ignore.error=true")
+    p.set_defaults(func=_runner("console"), console="produce")
+
+    p = sub.add_parser("consume", help="print a topic's records, one per line (kafka-console-consumer)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, help="read only this partition (default: all)")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    start.add_argument("--offset", help="start offset: a number, 'earliest' or 'latest'")
+    p.add_argument("--max-messages", type=int, metavar="N", help="exit after printing N records")
+    p.add_argument("--timeout-ms", type=int, metavar="MS",
+                   help="exit after MS without a new record (default: 30000 when reading up to the end "
+                        "observed at start; wait forever when starting at latest)")
+    p.add_argument("--property", type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help="print.key, print.offset, print.partition, print.timestamp, print.headers, "
+                        "print.value (true/false), key.separator, line.separator")
+    p.add_argument("--request-timeout-ms", type=int, default=30000, metavar="MS")
+    p.set_defaults(func=_runner("console"), console="consume")

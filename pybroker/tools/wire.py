@@ -1,0 +1,273 @@
+"""A small synchronous Kafka-protocol client for the command-line tools.
+
+One blocking socket per broker, one request in flight at a time, a timeout on every socket
+operation. Each connection starts with ApiVersions and then speaks, per API, the highest
+version that both the broker and the tool (its tested range) support.
+"""
+import socket
+import struct
+import time
+
+from pybroker.protocol import (DecodeError, REQUESTS, decode_response, encode_request)
+from pybroker.protocol.errors import ErrorCode
+
+CLIENT_ID = "pybroker-tools"
+_SIZE = struct.Struct(">i")
+
+# api key -> (lowest, highest) version the tools build and parse correctly
+API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 32
+TOOL_VERSIONS = {
+    API_VERSIONS: (0, 3),
+    METADATA: (1, 12),
+    PRODUCE: (3, 11),          # v3 is the first with record batches (magic 2)
+    FETCH: (4, 12),            # v13+ name topics by id
+    LIST_OFFSETS: (1, 10),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_CONFIGS: (1, 4),
+}
+# errors after which fresh metadata (a new leader, a just-created topic) may succeed
+RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_CONTROLLER,
+             ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS,
+             ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+             ErrorCode.KAFKA_STORAGE_ERROR}
+
+
+class ToolError(Exception):
+    """A failure the tool reports on stderr and turns into a non-zero exit code."""
+
+
+class KafkaError(ToolError):
+    """An error code returned by the broker, named as Kafka names it."""
+
+    def __init__(self, code: int, message: str | None = None, where: str = ""):
+        self.code = code
+        try:
+            self.name = ErrorCode(code).name
+            detail = message or ErrorCode(code).description
+        except ValueError:
+            self.name, detail = f"ERROR_{code}", message or "unknown error code"
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{self.name} ({code}): {detail}")
+
+
+def check(code: int, message: str | None = None, where: str = "") -> None:
+    if code:
+        raise KafkaError(code, message, where)
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ToolError(f"bad server address {text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class Connection:
+    """One broker connection: framing, correlation ids, negotiated versions."""
+
+    def __init__(self, host: str, port: int, timeout: float):
+        self.address = f"{host}:{port}"
+        self.timeout = timeout
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ToolError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
+        self.sock.settimeout(timeout)  # every later send/recv is bounded too
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = 0
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        try:
+            self._handshake()
+        except BaseException:
+            self.close()
+            raise
+
+    def _handshake(self) -> None:
+        api = REQUESTS[API_VERSIONS]
+        version = TOOL_VERSIONS[API_VERSIONS][1]
+        req = api(client_software_name=CLIENT_ID, client_software_version="1")
+        resp = self._exchange(req, version, lenient=True)
+        if resp is None or resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            # a broker answers an ApiVersions version it lacks in v0 form, listing its own range
+            try:
+                _, v0 = decode_response(self._last_frame, API_VERSIONS, 0)
+            except DecodeError as exc:
+                raise ToolError(f"{self.address} sent an unreadable ApiVersions response: {exc}") from None
+            check(v0.error_code if v0.error_code != ErrorCode.UNSUPPORTED_VERSION else 0,
+                  where=f"ApiVersions from {self.address}")
+            lo, hi = {k.api_key: (k.min_version, k.max_version) for k in v0.api_keys}.get(API_VERSIONS, (0, 0))
+            resp = self._exchange(req, max(lo, min(hi, version)))
+        check(resp.error_code, where=f"ApiVersions from {self.address}")
+        self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def version(self, api_key: int) -> int:
+        """The highest version of ``api_key`` both sides support."""
+        lo, hi = TOOL_VERSIONS[api_key]
+        blo, bhi = self.broker_versions.get(api_key, (0, -1))
+        if max(lo, blo) > min(hi, bhi):
+            name = REQUESTS[api_key].__name__.removesuffix("Request")
+            raise ToolError(f"broker {self.address} does not support {name} versions {lo}-{hi} "
+                            f"(it offers {blo}-{bhi})" if bhi >= 0 else
+                            f"broker {self.address} does not support {name}")
+        return min(hi, bhi)
+
+    def request(self, obj, version: int | None = None, expect_response: bool = True):
+        """Send ``obj`` and return the decoded response body (None if none is expected)."""
+        if version is None:
+            version = self.version(obj.API_KEY)
+        return self._exchange(obj, version, expect_response=expect_response)
+
+    def _exchange(self, obj, version: int, expect_response: bool = True, lenient: bool = False):
+        self._correlation += 1
+        frame = encode_request(version, self._correlation, CLIENT_ID, obj)
+        try:
+            self.sock.sendall(_SIZE.pack(len(frame)) + frame)
+            if not expect_response:
+                return None
+            size = _SIZE.unpack(self._recv_exact(4))[0]
+            data = self._recv_exact(size)
+        except socket.timeout:
+            raise ToolError(f"timed out after {self.timeout:g} s waiting for {self.address}") from None
+        except OSError as exc:
+            raise ToolError(f"connection to {self.address} failed: {exc.strerror or exc}") from None
+        self._last_frame = data
+        try:
+            header, body = decode_response(data, obj.API_KEY, version)
+        except DecodeError as exc:
+            if lenient:
+                return None
+            raise ToolError(f"cannot decode a {type(obj).__name__} v{version} response "
+                            f"from {self.address}: {exc}") from None
+        if header.correlation_id != self._correlation:
+            raise ToolError(f"{self.address} answered correlation id {header.correlation_id}, "
+                            f"expected {self._correlation}")
+        return body
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise ToolError(f"{self.address} closed the connection")
+            got += k
+        return bytes(buf)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Client:
+    """Connections to a cluster found through a bootstrap list, plus its last metadata."""
+
+    def __init__(self, bootstrap: str, timeout_ms: int = 30000):
+        self.timeout = timeout_ms / 1000
+        self.bootstrap = [parse_hostport(s) for s in bootstrap.split(",") if s.strip()]
+        if not self.bootstrap:
+            raise ToolError("--bootstrap-server is empty")
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.controller_id = -1
+        self._conns: dict[object, Connection] = {}
+        self._any: Connection | None = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        self._any = None
+
+    def any_conn(self) -> Connection:
+        """A connection to some broker: the first bootstrap server that answers."""
+        if self._any is not None:
+            return self._any
+        errors = []
+        for host, port in self.bootstrap:
+            try:
+                self._any = self._conns[(host, port)] = Connection(host, port, self.timeout)
+                return self._any
+            except ToolError as exc:
+                errors.append(str(exc))
+        raise ToolError("; ".join(errors))
+
+    def node_conn(self, node_id: int) -> Connection:
+        """A connection to broker ``node_id`` as named by the last metadata."""
+        if node_id not in self.brokers:
+            return self.any_conn()
+        addr = self.brokers[node_id]
+        conn = self._conns.get(addr)
+        if conn is None:
+            conn = self._conns[addr] = Connection(*addr, self.timeout)
+        return conn
+
+    def controller_conn(self) -> Connection:
+        if self.controller_id < 0:
+            self.metadata([])
+        return self.node_conn(self.controller_id)
+
+    def drop(self, conn: Connection) -> None:
+        """Forget a connection that failed, so the next use reconnects."""
+        for key, c in list(self._conns.items()):
+            if c is conn:
+                del self._conns[key]
+        if self._any is conn:
+            self._any = None
+        conn.close()
+
+    def metadata(self, topics: list[str] | None, auto_create: bool = False):
+        """Metadata for ``topics`` (None = all topics); remembers brokers and the controller."""
+        conn = self.any_conn()
+        version = conn.version(METADATA)
+        api = REQUESTS[METADATA]
+        req = api(topics=None if topics is None else [api.MetadataRequestTopic(name=t) for t in topics],
+                  allow_auto_topic_creation=auto_create)
+        resp = conn.request(req, version)
+        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        self.controller_id = resp.controller_id
+        return resp
+
+    def topic_metadata(self, topic: str, auto_create: bool = False, wait_s: float = 10.0):
+        """One topic's metadata, waiting (bounded) while its leaders are being elected."""
+        start = time.monotonic()
+        while True:
+            resp = self.metadata([topic], auto_create)
+            t = next((x for x in resp.topics if x.name == topic), None)
+            if t is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, f"topic {topic!r}")
+            waited = time.monotonic() - start
+            busy = t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or (
+                # an auto-created topic may take a moment to appear; with auto-creation off it never will
+                t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto_create and waited < 1) or (
+                not t.error_code and any(p.leader_id < 0 for p in t.partitions))
+            if not busy or waited >= wait_s:
+                check(t.error_code, None, f"topic {topic!r}")
+                if not t.partitions:
+                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, "the topic has no partitions yet",
+                                     f"topic {topic!r}")
+                return t
+            time.sleep(0.1)
+
+
+def split_batches(records):
+    """Complete record batches of a fetched records buffer (a trailing partial one is dropped)."""
+    view = memoryview(records) if records is not None else memoryview(b"")
+    pos, out = 0, []
+    while pos + 17 <= len(view):
+        size = 12 + _SIZE.unpack_from(view, pos + 8)[0]
+        if pos + size > len(view):
+            break
+        out.append(view[pos:pos + size])
+        pos += size
+    return out
