@@ -23,6 +23,7 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.log_manager = None
+        self.replicas = None
         self.server = None
 
     async def start(self) -> "Broker":
@@ -55,6 +56,8 @@ class Broker:
         return self.server.port
 
     async def stop(self, timeout: float = 30.0) -> None:
+        if self.replicas is not None:
+            self.replicas.stop_waiting()  # parked fetches answer now: in-flight requests finish quickly
         if self.server is not None:
             await self.server.stop(timeout)
         if self.log_manager is not None:
@@ -65,6 +68,7 @@ class Broker:
 
     async def run_until_signalled(self, timeout: float = 30.0) -> None:
         """Serve until SIGTERM/SIGINT, then shut down cleanly."""
-        self.server.install_signal_handlers(timeout)
+        # long-polling fetches answer first, or the server's drain would wait out their max_wait_ms
+        self.server.install_signal_handlers(timeout, before_stop=self.replicas.stop_waiting)
         await self.server.wait_stopped()
         await self.stop(timeout)

@@ -1,4 +1,6 @@
 """Produce: validate each partition's batches and append them; acks 0 (no reply), 1 and -1."""
+import struct
+
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 0
@@ -10,8 +12,20 @@ CORRUPT_MESSAGE = 2
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+ZSTD, FIRST_ZSTD_VERSION = 4, 7
+_HEAD = struct.Struct(">qi")  # base offset, batch length
+_I32 = struct.Struct(">i")
+LOG_OVERHEAD = 12  # base offset + length
+MIN_RECORD_OVERHEAD = 14  # Kafka's smallest (magic 0) record after the length field
+MAGIC_END = 17  # bytes up to and including the magic byte
 
 Response = RESPONSES[API_KEY]
+
+
+class AcksZeroProduceFailed(Exception):
+    """Raised to make the network layer close the connection (Kafka's closeConnection)."""
 
 
 def handle(ctx, request):
@@ -29,13 +43,21 @@ def handle(ctx, request):
         for topic in request.topic_data:
             for part in topic.partition_data:
                 key = (topic.name, part.index)
-                if part.records is None or key in entries:
-                    outcomes[key] = (CORRUPT_MESSAGE, None, "null or repeated partition records")
+                refusal, records = _check_records(ctx.version, part.records)
+                if key in entries or key in outcomes:
+                    outcomes[key] = (INVALID_REQUEST, None, "partition repeated in the request")
+                    entries.pop(key, None)
+                elif refusal is not None:
+                    outcomes[key] = refusal
                 else:
-                    entries[key] = part.records
+                    entries[key] = records
         for key, outcome in ctx.broker.replicas.append(acks, entries).items():
             outcomes[key] = (outcome.error, outcome.result, outcome.message)
     if acks == 0:
+        failed = sorted(f"{t}-{p}: error {o[0]}" for (t, p), o in outcomes.items() if o[0]) or (
+            [f"error {error}"] if error else [])
+        if failed:  # as Kafka: no response to carry the error, so hang up and the client refreshes
+            raise AcksZeroProduceFailed("acks=0 produce failed (" + ", ".join(failed[:5]) + ")")
         return None
     topics = []
     for topic in request.topic_data:
@@ -50,3 +72,50 @@ def handle(ctx, request):
                 error_message=message if code else None))
         topics.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
     return Response(responses=topics, throttle_time_ms=0)
+
+
+def _check_records(version: int, records):
+    """Kafka's per-partition request checks (ProduceRequest.validateRecords over its batch
+    iterator, and UnifiedLog's base-offset-0 rule for client batches): exactly one batch of
+    magic 2 with base offset 0, no zstd before v7. Returns (refusal outcome or None, the records
+    cut to that batch: Kafka ignores a tail too short to be a batch). The log layer then checks
+    the batch itself (CRC, sizes, counts)."""
+    if records is None:
+        return (INVALID_RECORD, None, "null records"), None
+    first, refusal = _batch_at(records, 0)
+    if refusal is None and first is None:
+        refusal = (INVALID_RECORD, None, f"Produce v{version} must have at least one record batch per partition")
+    if refusal is not None:
+        return refusal, None
+    size, magic = first
+    if magic != 2:
+        return (INVALID_RECORD, None, f"Produce v{version} only takes record batches with magic 2"), None
+    if len(records) >= 23 and records[22] & 0x07 == ZSTD and version < FIRST_ZSTD_VERSION:
+        return (UNSUPPORTED_COMPRESSION_TYPE, None, f"Produce v{version} may not use zstd (v7+)"), None
+    second, refusal = _batch_at(records, size)
+    if refusal is None and second is not None:
+        refusal = (INVALID_RECORD, None, f"Produce v{version} takes exactly one record batch per partition")
+    if refusal is not None:
+        return refusal, None
+    if _HEAD.unpack_from(records, 0)[0] != 0:
+        return (INVALID_RECORD, None, "a produced batch must have base offset 0"), None
+    return None, records[:size] if size < len(records) else records
+
+
+def _batch_at(records, pos: int):
+    """As Kafka's batch iterator: ((size, magic) of the whole batch at ``pos``, or None when too
+    few bytes remain for one), or a CORRUPT_MESSAGE refusal for an impossible size or magic."""
+    remaining = len(records) - pos
+    if remaining < LOG_OVERHEAD:
+        return None, None
+    length = _I32.unpack_from(records, pos + 8)[0]
+    if length < MIN_RECORD_OVERHEAD:
+        return None, (CORRUPT_MESSAGE, None, f"record size {length} is less than the minimum record overhead")
+    if remaining < MAGIC_END:
+        return None, None
+    magic = struct.unpack_from(">b", records, pos + 16)[0]
+    if not 0 <= magic <= 2:
+        return None, (CORRUPT_MESSAGE, None, f"invalid magic {magic}")
+    if remaining < length + LOG_OVERHEAD:
+        return None, None
+    return (length + LOG_OVERHEAD, magic), None

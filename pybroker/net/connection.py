@@ -9,7 +9,9 @@ queue for both bytes and slices, and works the same on asyncio's loop and on uvl
 
 Reading: one reusable receive buffer; the 4-byte size is checked before the frame buffer is
 allocated; each request gets a fresh bytearray of exactly its size, so the memoryview handed to
-the handler is never overwritten. Large frames are received straight into that bytearray.
+the handler is never overwritten. Large frames are received straight into that bytearray, which
+grows with the bytes received (never ahead of them by more than x4), so a size prefix alone
+cannot make the broker allocate socket.request.max.bytes.
 
 Ordering: every request takes a slot in ``_slots`` in arrival order. A synchronous response (or
 None) is ready at once; an awaitable completes the slot later. Only the ready prefix of the
@@ -36,6 +38,8 @@ from pybroker.net.framing import SIZE, SIZE_BYTES, SliceCursor, encode_response,
 log = logging.getLogger(__name__)
 
 DIRECT_RECV_MIN = 32 * 1024  # frames with at least this much left are received in place
+FIRST_FRAME_BYTES = 256 * 1024  # a frame buffer starts this big and grows as its bytes arrive
+_ZEROS = memoryview(bytes(FIRST_FRAME_BYTES))
 MAX_GATHER_PARTS = 512  # buffers per sendmsg (IOV_MAX is 1024 on Linux)
 MAX_GATHER_BYTES = 4 << 20
 READS_PER_EVENT = 4  # recv calls per readiness event before yielding to other connections
@@ -83,6 +87,7 @@ class Connection:
         self._rstart = self._rend = 0
         self._frame = None  # the bytearray of a request still being received
         self._frame_view = None
+        self._frame_size = 0  # the size announced for that request (the buffer grows to it)
         self._filled = 0
         self._slots = deque()  # only slots behind a pending one; empty in the common case
         self._wq = deque()
@@ -186,7 +191,9 @@ class Connection:
         for _ in range(READS_PER_EVENT):
             frame = self._frame
             try:
-                if frame is not None and len(frame) - self._filled >= DIRECT_RECV_MIN:
+                if frame is not None and self._frame_size - self._filled >= DIRECT_RECV_MIN:
+                    if self._filled == len(frame):
+                        self._grow_frame(self._filled + 1)
                     want = len(frame) - self._filled
                     n = sock.recv_into(self._frame_view[self._filled:], want)
                     self._filled += n
@@ -248,22 +255,36 @@ class Connection:
                     start += size
                     self._dispatch(frame)
                     continue
-                frame = self._frame = bytearray(size)
+                # sized by the bytes that arrive, not the announced size: 4 bytes claiming
+                # socket.request.max.bytes must not make us allocate (and zero) that much
+                frame = self._frame = bytearray(min(size, FIRST_FRAME_BYTES))
                 self._frame_view = memoryview(frame)
+                self._frame_size = size
                 self._filled = 0
             filled = self._filled
-            take = min(len(frame) - filled, end - start)
+            take = min(self._frame_size - filled, end - start)
             if take:
+                if filled + take > len(frame):
+                    self._grow_frame(filled + take)
                 self._frame_view[filled:filled + take] = view[start:start + take]
                 start += take
                 filled = self._filled = filled + take
-            if filled < len(frame):
+            if filled < self._frame_size:
                 break
             self._frame = self._frame_view = None
             self._dispatch(frame)
         if start == end:
             start = end = 0
         self._rstart, self._rend = start, end
+
+    def _grow_frame(self, at_least: int) -> None:
+        """Enlarge the frame buffer (x4, at most to the announced size) to ``at_least``."""
+        frame = self._frame
+        new = min(self._frame_size, max(at_least, 4 * len(frame)))
+        self._frame_view.release()  # a bytearray with a live export cannot be resized
+        while len(frame) < new:  # from a cached zero block: no fresh temporary to fault in
+            frame += _ZEROS[:new - len(frame)]
+        self._frame_view = memoryview(frame)
 
     # ---- requests --------------------------------------------------------------------------
 

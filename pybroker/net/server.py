@@ -158,15 +158,20 @@ class Server:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
-    def install_signal_handlers(self, timeout: float = 30.0,
-                                signals=(signal.SIGTERM, signal.SIGINT)) -> None:
-        """SIGTERM/SIGINT start ``stop(timeout)`` (main thread, running loop only)."""
+    def install_signal_handlers(self, timeout: float = 30.0, signals=(signal.SIGTERM, signal.SIGINT),
+                                before_stop=None) -> None:
+        """SIGTERM/SIGINT start ``stop(timeout)`` (main thread, running loop only).
+
+        ``before_stop`` runs first, e.g. to answer long-polling requests so the drain is quick.
+        """
         loop = asyncio.get_running_loop()
         for sig in signals:
-            loop.add_signal_handler(sig, self._on_signal, sig, timeout)
+            loop.add_signal_handler(sig, self._on_signal, sig, timeout, before_stop)
 
-    def _on_signal(self, sig, timeout: float) -> None:
+    def _on_signal(self, sig, timeout: float, before_stop=None) -> None:
         log.info("received %s: shutting down", signal.Signals(sig).name)
+        if before_stop is not None:
+            before_stop()
         if self._signal_task is None:
             self._signal_task = self.loop.create_task(self.stop(timeout))
 

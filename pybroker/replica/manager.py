@@ -53,6 +53,7 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._waiters: list[tuple[set, asyncio.Future]] = []  # long-polling fetches
+        self._stopping = False  # shutting down: fetches answer at once instead of long polling
 
     # ---- partitions -----------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class ReplicaManager:
         while True:
             results, total = self.read(requests, max_bytes, committed_only)
             remaining = deadline - time.monotonic()
-            if total >= min_bytes or remaining <= 0 or any(r.error for r in results):
+            if total >= min_bytes or remaining <= 0 or self._stopping or any(r.error for r in results):
                 return results
             future = asyncio.get_running_loop().create_future()
             waiter = (keys, future)
@@ -144,6 +145,13 @@ class ReplicaManager:
             results.append(FetchResult(0, partition.high_watermark, partition.last_stable_offset,
                                        partition.log_start_offset, records if records.length else None))
         return results, total
+
+    def stop_waiting(self) -> None:
+        """Shutdown: answer every long-polling fetch now, so a clean stop never waits out max_wait_ms."""
+        self._stopping = True
+        for _, future in list(self._waiters):
+            if not future.done():
+                future.set_result(None)
 
     def _wake(self, keys: set) -> None:
         for waiting, future in list(self._waiters):

@@ -1,6 +1,7 @@
 """Idempotent-producer state of one partition: per producer id, its epoch and last 5 batches.
 
-Rules (Kafka's): a batch from an older epoch is fenced; a new epoch must start at sequence
+Rules (Kafka's): a batch from an older epoch is fenced; a producer id not seen before may
+start at any sequence (its earlier batches may have been deleted); a new epoch must start at sequence
 0; a batch equal to one of the last five is a duplicate and is answered with its original
 offsets instead of being appended again; any other batch must continue the last sequence
 (wrapping at 2**31-1) or it is out of order. The state is saved to ``producer-state.json``
@@ -12,7 +13,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 
-from pybroker.errors import BrokerError
+from pybroker.errors import BrokerError, InvalidRecordError
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,16 @@ class ProducerStateManager:
         pid, epoch, first_seq = info.producer_id, info.producer_epoch, info.base_sequence
         if pid < 0:
             return None
+        if first_seq < 0:  # Kafka's LogValidator: a producer id needs a sequence
+            raise InvalidRecordError(f"producer {pid} sent base sequence {first_seq}")
         last_seq = next_sequence(first_seq, info.last_offset_delta)
         entry = self.producers.get(pid)
-        if entry is not None and epoch < entry.epoch:
+        if entry is None:
+            return None  # as Kafka: an unknown producer (state gone with retention) may start anywhere
+        if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {pid} epoch {epoch} is older than the current epoch {entry.epoch}")
-        if entry is None or epoch > entry.epoch or not entry.batches:
+        if epoch > entry.epoch or not entry.batches:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch} must start at sequence 0, not {first_seq}")
