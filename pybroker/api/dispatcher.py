@@ -7,11 +7,14 @@ ApiVersions, which is answered in v0 with UNSUPPORTED_VERSION and our ranges (KI
 import inspect
 import struct
 
-from pybroker.api import TABLE, api_versions
+from pybroker import core
+from pybroker.api import TABLE, api_versions, produce
 from pybroker.api.context import Parts, RequestContext
 from pybroker.errors import BrokerError
-from pybroker.protocol import (API_NAMES, UnsupportedVersionError, decode_request, encode_response,
-                               response_header_version)
+from pybroker.protocol import (API_NAMES, RequestHeader, UnsupportedVersionError, decode_request,
+                               encode_response, response_header_version)
+
+_KEY_AND_VERSION = struct.Struct(">hh")
 
 
 class UnsupportedRequestError(BrokerError):
@@ -24,7 +27,7 @@ class Dispatcher:
 
     def handle(self, frame, conn):
         try:
-            header, request = decode_request(frame)
+            header, request = self._decode(frame)
         except UnsupportedVersionError as exc:
             if exc.api_key == api_versions.API_KEY and exc.header is not None:
                 return self._unsupported_api_versions(exc.header.correlation_id)
@@ -39,6 +42,16 @@ class Dispatcher:
         if inspect.isawaitable(result):
             return self._finish(result, key, version, header.correlation_id)
         return self._respond(result, key, version, header.correlation_id)
+
+    @staticmethod
+    def _decode(frame):
+        """Header and body; Produce record batches come out as views of ``frame`` (native decoder)."""
+        if len(frame) >= 4:
+            key, version = _KEY_AND_VERSION.unpack_from(frame)
+            if key == produce.API_KEY and produce.FIRST_RECORD_BATCH_VERSION <= version <= produce.MAX_VERSION:
+                header, pos = RequestHeader.decode(frame, 0, 1)
+                return header, core.kafka_codec.decode_produce(frame, pos, version)
+        return decode_request(frame)
 
     async def _finish(self, pending, key, version, correlation_id):
         return self._respond(await pending, key, version, correlation_id)

@@ -6,6 +6,7 @@ partition's records field can be a file slice sent with sendfile.
 """
 import struct
 
+from pybroker import core
 from pybroker.api.context import Parts
 from pybroker.replica.manager import FetchRequestPartition
 
@@ -26,11 +27,14 @@ async def handle(ctx, request):
     committed_only = request.isolation_level == 1
     results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
                                               request.max_bytes, committed_only)
-    return encode(ctx.version, request.topics, results, committed_only)
+    return Parts(core.kafka_codec.encode_fetch(ctx.version, request.topics, results, committed_only))
 
 
 def encode(version: int, topics, results, committed_only: bool) -> Parts:
-    """FetchResponse body for ``results`` (one per requested partition, in request order)."""
+    """FetchResponse body for ``results`` (one per requested partition, in request order).
+
+    The reference the native encoder (core.kafka_codec.encode_fetch) is tested against.
+    """
     out = Parts()
     buf = bytearray(_I32.pack(0))  # throttle_time_ms
     if version >= 7:

@@ -1,6 +1,7 @@
 """Produce: validate each partition's batches and append them; acks 0 (no reply), 1 and -1."""
 import struct
 
+from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 0
@@ -29,6 +30,7 @@ class AcksZeroProduceFailed(Exception):
 
 
 def handle(ctx, request):
+    topics = _topics(request)
     acks = request.acks
     error = 0
     if ctx.version < FIRST_RECORD_BATCH_VERSION:
@@ -40,8 +42,8 @@ def handle(ctx, request):
     outcomes = {}
     if not error:
         entries = {}
-        for topic in request.topic_data:
-            for part in topic.partition_data:
+        for topic in topics:
+            for part in topic.partitions:
                 key = (topic.name, part.index)
                 refusal, records = _check_records(ctx.version, part.records)
                 if key in entries or key in outcomes:
@@ -59,10 +61,10 @@ def handle(ctx, request):
         if failed:  # as Kafka: no response to carry the error, so hang up and the client refreshes
             raise AcksZeroProduceFailed("acks=0 produce failed (" + ", ".join(failed[:5]) + ")")
         return None
-    topics = []
-    for topic in request.topic_data:
+    responses = []
+    for topic in topics:
         parts = []
-        for part in topic.partition_data:
+        for part in topic.partitions:
             code, result, message = outcomes.get((topic.name, part.index), (error, None, None))
             parts.append(Response.PartitionProduceResponse(
                 index=part.index, error_code=code,
@@ -70,8 +72,16 @@ def handle(ctx, request):
                 log_append_time_ms=result.log_append_time if result else -1,
                 log_start_offset=result.log_start_offset if result else -1,
                 error_message=message if code else None))
-        topics.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
-    return Response(responses=topics, throttle_time_ms=0)
+        responses.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
+    return Response(responses=responses, throttle_time_ms=0)
+
+
+def _topics(request) -> list:
+    """v3+ arrive from the native decoder; v0-2 (refused) from the generated codec."""
+    if isinstance(request, ProduceData):
+        return request.topics
+    return [TopicData(t.name, [PartitionData(p.index, p.records) for p in t.partition_data])
+            for t in request.topic_data]
 
 
 def _check_records(version: int, records):
