@@ -90,7 +90,7 @@ _LOG_INTS = {
 _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map",
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
-            "cluster.id", "log.level", "log.message.timestamp.type", "broker.id")
+            "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id")
 SUPPORTED = frozenset(_INTS) | frozenset(_BOOLS) | frozenset(_LOG_INTS) | frozenset(_STRINGS)
 
 
@@ -424,6 +424,8 @@ def _log_config(raw: Mapping[str, str]) -> LogConfig:
             raise ConfigError(f"log.message.timestamp.type={ts!r}: expected CreateTime or LogAppendTime",
                               "log.message.timestamp.type")
         values["message_timestamp_type"] = ts
+    if "log.cleanup.policy" in raw:
+        values["cleanup_policy"] = raw["log.cleanup.policy"].strip()
     try:
         return LogConfig(**values)
     except ValueError as exc:

@@ -74,3 +74,21 @@ def test_kafka_python_and_aiokafka_and_kcat_share_a_topic(broker):
     out = subprocess.run(["kcat", "-C", "-b", broker.bootstrap, "-t", "shared", "-e", "-q", "-o", "beginning"],
                          capture_output=True, timeout=DEADLINE, check=True)
     assert out.stdout.decode().splitlines() == [v.decode() for v in values]
+
+
+def test_topic_configs_at_creation(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ok = NewTopic("kept", num_partitions=1, replication_factor=1,
+                  config={"cleanup.policy": "delete", "retention.ms": "3600000"})
+    admin.create_topics([ok])["kept"].result(DEADLINE)
+    from confluent_kafka.admin import ConfigResource
+    described = admin.describe_configs([ConfigResource("topic", "kept")])
+    configs = list(described.values())[0].result(DEADLINE)
+    assert configs["cleanup.policy"].value == "delete" and configs["retention.ms"].value == "3600000"
+    compact = NewTopic("compacted", num_partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    try:
+        admin.create_topics([compact])["compacted"].result(DEADLINE)
+    except Exception as exc:  # KafkaException carrying INVALID_CONFIG
+        assert "INVALID_CONFIG" in str(exc) or "compaction" in str(exc)
+    else:
+        raise AssertionError("a compacted topic must be refused")

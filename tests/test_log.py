@@ -216,3 +216,9 @@ def test_fetch_slice_outlives_the_deletion_of_its_segment(tmp_path):
     assert sl.read()[:len(first)] == bytes(first)  # the open file keeps the bytes readable
     with pytest.raises(OffsetOutOfRangeError):
         lg.read(0, 100)
+
+
+def test_cleanup_policy_delete_only():
+    assert LogConfig.from_properties({"cleanup.policy": "delete"}).cleanup_policy == "delete"
+    with pytest.raises(ValueError, match="compaction is not implemented"):
+        LogConfig.from_properties({"cleanup.policy": "compact"})

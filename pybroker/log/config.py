@@ -17,6 +17,7 @@ class LogConfig:
     flush_ms: int = LONG_MAX                             # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588                     # max.message.bytes / message.max.bytes
     message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
+    cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy (no compaction yet)
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -31,6 +32,9 @@ class LogConfig:
                 raise ValueError(f"{TOPIC_NAMES[name]} must be at least 1")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError("message.timestamp.type must be CreateTime or LogAppendTime")
+        if self.cleanup_policy != "delete":
+            raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not supported: only 'delete' "
+                             "(log compaction is not implemented)")
 
     @classmethod
     def from_properties(cls, props: dict, base: "LogConfig | None" = None) -> "LogConfig":
@@ -40,8 +44,8 @@ class LogConfig:
             name = BY_PROPERTY.get(key)
             if name is None:
                 raise ValueError(f"unknown log config {key!r}")
-            if name == "message_timestamp_type":
-                values[name] = str(raw)
+            if name in ("message_timestamp_type", "cleanup_policy"):
+                values[name] = str(raw).strip()
             elif key == "log.retention.minutes":
                 values[name] = int(raw) * 60_000
             elif key == "log.retention.hours":
@@ -65,6 +69,7 @@ TOPIC_NAMES = {
     "flush_ms": "flush.ms",
     "max_message_bytes": "max.message.bytes",
     "message_timestamp_type": "message.timestamp.type",
+    "cleanup_policy": "cleanup.policy",
 }
 BROKER_NAMES = {
     "segment_bytes": "log.segment.bytes",
@@ -77,6 +82,7 @@ BROKER_NAMES = {
     "flush_ms": "log.flush.interval.ms",
     "max_message_bytes": "message.max.bytes",
     "message_timestamp_type": "log.message.timestamp.type",
+    "cleanup_policy": "log.cleanup.policy",
 }
 BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}
 BY_PROPERTY["log.retention.minutes"] = "retention_ms"
