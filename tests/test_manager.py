@@ -81,3 +81,14 @@ def test_background_retention(tmp_path):
         time.sleep(0.01)
     assert lg.log_start_offset > 0
     m.shutdown()
+
+
+def test_append_that_reaches_flush_messages_gets_a_future_of_its_flush(tmp_path):
+    m = LogManager([str(tmp_path)], LogConfig(flush_messages=2, retention_ms=-1)).startup()
+    lg = m.get_or_create_log("t", 0)
+    first = lg.append(value_batch(1, 10))
+    assert first.flushed is None  # below flush.messages: no flush asked for
+    second = lg.append(value_batch(1, 10))
+    second.flushed.result(timeout=30)  # completes only after an fdatasync that covers it
+    assert lg.recovery_point >= second.last_offset + 1
+    m.shutdown()

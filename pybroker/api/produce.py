@@ -1,4 +1,5 @@
 """Produce: validate each partition's batches and append them; acks 0 (no reply), 1 and -1."""
+import asyncio
 import struct
 
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
@@ -13,6 +14,7 @@ CORRUPT_MESSAGE = 2
 INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 ZSTD, FIRST_ZSTD_VERSION = 4, 7
@@ -61,6 +63,22 @@ def handle(ctx, request):
         if failed:  # as Kafka: no response to carry the error, so hang up and the client refreshes
             raise AcksZeroProduceFailed("acks=0 produce failed (" + ", ".join(failed[:5]) + ")")
         return None
+    waits = {key: o[1].flushed for key, o in outcomes.items() if o[1] is not None and o[1].flushed is not None}
+    if waits:  # flush.messages reached: as Kafka, acknowledge after the fsync (done off the event loop)
+        return _respond_after_flush(topics, outcomes, error, waits)
+    return _response(topics, outcomes, error)
+
+
+async def _respond_after_flush(topics, outcomes, error, waits):
+    for key, done in waits.items():
+        try:
+            await asyncio.wrap_future(done)
+        except Exception as exc:
+            outcomes[key] = (KAFKA_STORAGE_ERROR, None, f"flush failed: {exc}")
+    return _response(topics, outcomes, error)
+
+
+def _response(topics, outcomes, error):
     responses = []
     for topic in topics:
         parts = []

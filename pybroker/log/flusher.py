@@ -6,6 +6,7 @@ thread also flushes logs whose last flush is older than their ``flush.ms``, and 
 """
 import logging
 import threading
+from concurrent.futures import Future
 
 from pybroker.log.log import now_ms
 
@@ -17,7 +18,7 @@ class Flusher:
         self._logs_source = logs_source  # callable returning the logs to watch
         self._tick = tick_ms / 1000
         self._on_tick = on_tick
-        self._requested: dict[int, object] = {}
+        self._requested: dict[int, tuple] = {}  # id(log) -> (log, futures to complete after its flush)
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="pybroker-flusher", daemon=True)
@@ -26,10 +27,13 @@ class Flusher:
     def start(self) -> None:
         self._thread.start()
 
-    def request(self, log_) -> None:
+    def request(self, log_) -> Future:
+        """Flush ``log_`` soon; the future completes when a flush that began after this call is done."""
+        done = Future()
         with self._cond:
-            self._requested[id(log_)] = log_
+            self._requested.setdefault(id(log_), (log_, []))[1].append(done)
             self._cond.notify()
+        return done
 
     def stop(self) -> None:
         with self._cond:
@@ -44,24 +48,37 @@ class Flusher:
                 if not self._requested and not self._stopping:
                     self._cond.wait(self._tick)
                 if self._stopping:
+                    for _, waiting in self._requested.values():
+                        _finish(waiting, RuntimeError("the log flusher stopped"))
                     return
                 batch = list(self._requested.values())
                 self._requested.clear()
             now = now_ms()
+            chosen = {id(lg) for lg, _ in batch}
             for lg in self._logs_source():
-                if lg.unflushed_messages and now - lg.last_flush_ms >= lg.config.flush_ms and lg not in batch:
-                    batch.append(lg)
-            for lg in batch:
-                self._flush(lg)
+                if lg.unflushed_messages and now - lg.last_flush_ms >= lg.config.flush_ms and id(lg) not in chosen:
+                    batch.append((lg, []))
+            for lg, waiting in batch:
+                _finish(waiting, self._flush(lg))
             if self._on_tick is not None:
                 try:
                     self._on_tick(now)
                 except Exception:  # a failed retention pass must not kill flushing
                     log.exception("background log task failed")
 
-    def _flush(self, lg) -> None:
+    def _flush(self, lg) -> Exception | None:
         try:
             lg.flush()
             self.flushes += 1
-        except Exception:
+            return None
+        except Exception as exc:
             log.exception("flush of %r failed", lg)
+            return exc
+
+
+def _finish(waiting: list, error: Exception | None) -> None:
+    for done in waiting:
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)

@@ -33,6 +33,7 @@ class AppendInfo(NamedTuple):
     record_count: int
     size: int
     log_start_offset: int
+    flushed: object = None  # a Future when this append asked for a flush (flush.messages reached)
 
 
 @dataclass(frozen=True)
@@ -216,10 +217,11 @@ class Log:
             if leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first)
             self.unflushed_messages += records
+            flushed = None
             if self.unflushed_messages >= self.config.flush_messages:
-                self._request_flush()
+                flushed = self._request_flush()
             return AppendInfo(first, next_offset - 1, max_ts, offset_of_max, log_append_time,
-                              records, nbytes, self.log_start_offset)
+                              records, nbytes, self.log_start_offset, flushed)
 
     @staticmethod
     def _check_continues(batches, first: int) -> None:
@@ -402,11 +404,12 @@ class Log:
 
     # ---- flush and close ------------------------------------------------------------------
 
-    def _request_flush(self) -> None:
+    def _request_flush(self):
+        """A Future of the background flush, or None when flushed here and now (no flusher)."""
         if self.flusher is not None:
-            self.flusher.request(self)
-        else:
-            self.flush()
+            return self.flusher.request(self)
+        self.flush()
+        return None
 
     def flush(self) -> int:
         """fdatasync every segment holding data past the recovery point; returns the new point.

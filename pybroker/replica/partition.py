@@ -36,6 +36,7 @@ class ProduceResult:
     log_append_time: int
     log_start_offset: int
     duplicate: bool = False
+    flushed: object = None  # a Future: acknowledge only once it is done (flush.messages reached)
 
 
 class Partition:
@@ -93,7 +94,8 @@ class Partition:
             self.producers.update(info, offset, offset + delta, info.max_timestamp)
             offset += delta + 1
         self.maybe_increment_high_watermark()
-        return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset)
+        return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
+                             flushed=result.flushed)
 
     def maybe_increment_high_watermark(self) -> bool:
         """The high watermark is the smallest log end offset in the ISR (here: ours)."""
