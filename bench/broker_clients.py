@@ -76,19 +76,18 @@ def latency(args) -> dict:
         if err is None:
             lat.append(msg.latency())
 
-    interval = 0.001  # send in 1 ms slices to hold the rate evenly
-    per_slice = max(1, per_second // 1000)
     start = time.perf_counter()
     sent = 0
-    while time.perf_counter() - start < min(args.seconds, MAX_SECONDS):
-        slice_start = time.perf_counter()
-        for _ in range(per_slice):
+    while True:
+        elapsed = time.perf_counter() - start
+        if elapsed >= min(args.seconds, MAX_SECONDS):
+            break
+        due = int(per_second * elapsed) - sent  # paced by elapsed time: sleeps that overshoot catch up
+        for _ in range(due):
             p.produce(args.topic, value, partition=0, on_delivery=delivered)
-        sent += per_slice
+        sent += max(due, 0)
         p.poll(0)
-        pause = interval - (time.perf_counter() - slice_start)
-        if pause > 0:
-            time.sleep(pause)
+        time.sleep(0.0005)
     p.flush(60)
     elapsed = time.perf_counter() - start
     lat.sort()
