@@ -19,10 +19,7 @@ class LeaderEpochCache:
         except checkpoint.CheckpointError as exc:
             log.warning("ignoring unreadable %s: %s", self.path, exc)
             self.entries = []
-
-    @property
-    def latest_epoch(self) -> int:
-        return self.entries[-1][0] if self.entries else -1
+        self._refresh()
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (no-op for an epoch already known)."""
@@ -57,4 +54,9 @@ class LeaderEpochCache:
             self._save()
 
     def _save(self) -> None:
+        self._refresh()
         checkpoint.write_epochs(self.path, self.entries)
+
+    def _refresh(self) -> None:
+        # a plain attribute: every append compares against it
+        self.latest_epoch = self.entries[-1][0] if self.entries else -1

@@ -195,8 +195,9 @@ class Log:
         ``assign_offsets=False`` (a follower copying its leader) keeps the offsets, which must
         continue the log.
         """
-        stamp = timestamp_ms if timestamp_ms is not None else now_ms()
-        log_append_time = stamp if self.log_append_time else -1
+        log_append_time = -1  # the clock is read only when the log stamps LogAppendTime
+        if self.log_append_time:
+            log_append_time = timestamp_ms if timestamp_ms is not None else now_ms()
         with self.lock:
             segment = self.segments[-1]
             first = segment.next_offset
@@ -205,7 +206,7 @@ class Log:
             if len(batches) == 1:  # the common case, without per-batch Python work
                 view, info = batches[0]
                 batch_ts = info.max_timestamp if log_append_time < 0 else log_append_time
-                if not segment.can_take(info.batch_length + 12, first + info.last_offset_delta, batch_ts, stamp):
+                if not segment.can_take(info.batch_length + 12, first + info.last_offset_delta, batch_ts):
                     self._roll_for_append()
                     segment = self.segments[-1]
                 next_offset, records, nbytes, _, _, _, _, _ = segment.append(
@@ -213,15 +214,16 @@ class Log:
                 max_ts, offset_of_max = batch_ts, next_offset - 1
             else:
                 next_offset, records, nbytes, max_ts, offset_of_max = self._append_runs(
-                    batches, first, leader_epoch, log_append_time, stamp)
+                    batches, first, leader_epoch, log_append_time)
             if leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first)
             self.unflushed_messages += records
             flushed = None
             if self.unflushed_messages >= self.config.flush_messages:
                 flushed = self._request_flush()
-            return AppendInfo(first, next_offset - 1, max_ts, offset_of_max, log_append_time,
-                              records, nbytes, self.log_start_offset, flushed)
+            # tuple.__new__ skips the NamedTuple's Python-level constructor: this runs per produce
+            return tuple.__new__(AppendInfo, (first, next_offset - 1, max_ts, offset_of_max, log_append_time,
+                                              records, nbytes, self.log_start_offset, flushed))
 
     @staticmethod
     def _check_continues(batches, first: int) -> None:
@@ -232,7 +234,7 @@ class Log:
                     f"batch starts at offset {info.base_offset}, log ends at {expect}", info.base_offset)
             expect = info.base_offset + info.last_offset_delta + 1
 
-    def _append_runs(self, batches, first, leader_epoch, log_append_time, stamp):
+    def _append_runs(self, batches, first, leader_epoch, log_append_time):
         """Several batches: runs that fit the active segment, one pwritev each, rolling in between."""
         next_offset, records, nbytes, max_ts, offset_of_max = first, 0, 0, -1, -1
         start = 0
@@ -243,7 +245,7 @@ class Log:
                 info = batches[end][1]
                 size = info.batch_length + 12
                 ts = info.max_timestamp if log_append_time < 0 else log_append_time
-                if not segment.can_take(run_bytes + size, offset + info.last_offset_delta, ts, stamp):
+                if not segment.can_take(run_bytes + size, offset + info.last_offset_delta, ts):
                     break
                 run_bytes += size
                 offset += info.last_offset_delta + 1

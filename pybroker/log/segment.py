@@ -175,13 +175,13 @@ class LogSegment:
 
     # ---- append ---------------------------------------------------------------------------
 
-    def can_take(self, nbytes: int, last_offset: int, timestamp: int, now_ms: int) -> bool:
+    def can_take(self, nbytes: int, last_offset: int, timestamp: int) -> bool:
         """False when appending ``nbytes`` ending at ``last_offset`` requires a roll first."""
         if self.size == 0:
             return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
         # As Kafka: time since the first batch's timestamp, else wall time since creation.
         first = self.first_timestamp
-        waited = timestamp - first if first >= 0 else now_ms - self.created_ms
+        waited = timestamp - first if first >= 0 else int(time.time() * 1000) - self.created_ms
         return (self.size + nbytes <= self.segment_bytes and waited < self.segment_ms
                 and not self.indexes_full and last_offset - self.base_offset <= MAX_RELATIVE_OFFSET)
 
