@@ -1,0 +1,1 @@
+"""Group coordinator: consumer groups and their committed offsets in __consumer_offsets."""
