@@ -10,6 +10,8 @@ import logging
 from pybroker.api.dispatcher import Dispatcher
 from pybroker.controller.controller import Controller
 from pybroker.controller.metadata_store import LocalMetadataStore
+from pybroker.coordinator.coordinator import GroupCoordinator
+from pybroker.coordinator.offsets import OffsetStore
 from pybroker.log import LogManager
 from pybroker.net.server import Server
 from pybroker.replica.manager import ReplicaManager
@@ -25,6 +27,7 @@ class Broker:
         self.log_manager = None
         self.replicas = None
         self.server = None
+        self.coordinator = None
 
     async def start(self) -> "Broker":
         cfg = self.config
@@ -40,6 +43,11 @@ class Broker:
             if self.replicas.get(topic, partition) is None:
                 log.warning("removing the log of %s-%d: its topic no longer exists", topic, partition)
                 self.log_manager.delete_log(topic, partition)
+        # committed offsets are replayed before the listener opens: no request sees a half-loaded store
+        self.offsets = OffsetStore(cfg, self.controller, self.replicas)
+        self.offsets.startup()
+        self.coordinator = GroupCoordinator(cfg, self.offsets, self.controller.topics)
+        self.coordinator.startup()
         listener = cfg.listeners[0]
         self.server = Server(Dispatcher(self), listener.host, listener.port,
                              max_request_bytes=cfg.socket_request_max_bytes,
@@ -55,9 +63,15 @@ class Broker:
     def port(self) -> int:
         return self.server.port
 
-    async def stop(self, timeout: float = 30.0) -> None:
+    def _answer_parked(self) -> None:
+        """Parked requests (long-polling fetches, JoinGroup/SyncGroup) answer now, so draining is quick."""
         if self.replicas is not None:
-            self.replicas.stop_waiting()  # parked fetches answer now: in-flight requests finish quickly
+            self.replicas.stop_waiting()
+        if self.coordinator is not None:
+            self.coordinator.shutdown()
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        self._answer_parked()
         if self.server is not None:
             await self.server.stop(timeout)
         if self.log_manager is not None:
@@ -68,7 +82,7 @@ class Broker:
 
     async def run_until_signalled(self, timeout: float = 30.0) -> None:
         """Serve until SIGTERM/SIGINT, then shut down cleanly."""
-        # long-polling fetches answer first, or the server's drain would wait out their max_wait_ms
-        self.server.install_signal_handlers(timeout, before_stop=self.replicas.stop_waiting)
+        # parked requests answer first, or the server's drain would wait out their timeouts
+        self.server.install_signal_handlers(timeout, before_stop=self._answer_parked)
         await self.server.wait_stopped()
         await self.stop(timeout)

@@ -92,3 +92,21 @@ def test_topic_configs_at_creation(broker):
         assert "INVALID_CONFIG" in str(exc) or "compaction" in str(exc)
     else:
         raise AssertionError("a compacted topic must be refused")
+
+
+def test_internal_offsets_topic_cannot_be_deleted(broker):
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-internal", "enable.auto.commit": False})
+    c.subscribe(["anything"])
+    end = time.monotonic() + DEADLINE
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    while "__consumer_offsets" not in admin.list_topics(timeout=10).topics and time.monotonic() < end:
+        c.poll(0.2)  # the group coordinator creates the offsets topic on first use
+    c.close()
+    assert "__consumer_offsets" in admin.list_topics(timeout=10).topics
+    try:
+        admin.delete_topics(["__consumer_offsets"])["__consumer_offsets"].result(DEADLINE)
+    except Exception as exc:
+        assert "cannot be deleted" in str(exc) or "INVALID_REQUEST" in str(exc)
+    else:
+        raise AssertionError("deleting the internal offsets topic must be refused")
+    assert "__consumer_offsets" in admin.list_topics(timeout=10).topics

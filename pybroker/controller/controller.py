@@ -18,6 +18,13 @@ class TopicDeletionDisabledError(BrokerError):
     code = 73  # TOPIC_DELETION_DISABLED
 
 
+class InternalTopicError(BrokerError):
+    code = 42  # INVALID_REQUEST
+
+
+INTERNAL_TOPICS = ("__consumer_offsets",)
+
+
 class Controller:
     def __init__(self, config, store, replicas):
         self.config = config
@@ -76,6 +83,8 @@ class Controller:
     def delete_topic(self, name: str) -> None:
         if not self.config.delete_topic_enable:
             raise TopicDeletionDisabledError("topic deletion is disabled (delete.topic.enable=false)")
+        if name in INTERNAL_TOPICS:
+            raise InternalTopicError(f"internal topic {name!r} cannot be deleted")
         record = self.store.topics.get(name)
         if record is None:
             raise UnknownTopicError(f"unknown topic {name!r}")

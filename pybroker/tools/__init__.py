@@ -1,4 +1,5 @@
-"""Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``.
+"""Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``,
+``groups``.
 
 Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
 The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
@@ -81,3 +82,21 @@ def add_commands(sub) -> None:
                         "print.value (true/false), key.separator, line.separator")
     p.add_argument("--request-timeout-ms", type=int, default=30000, metavar="MS")
     p.set_defaults(func=_runner("console"), console="consume")
+
+    p = sub.add_parser("groups", help="list, describe and delete consumer groups (kafka-consumer-groups)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="list the consumer groups")
+    action.add_argument("--describe", action="store_true",
+                        help="show each partition's committed offset, log end offset, lag and owner")
+    action.add_argument("--delete", action="store_true", help="delete groups that have no active members")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--group", action="append", metavar="GROUP", help="the group id; repeatable")
+    which.add_argument("--all-groups", action="store_true", help="describe/delete every consumer group")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="describe: the members instead of offsets")
+    view.add_argument("--state", action="store_true", help="describe: coordinator, assignor, state, size")
+    p.add_argument("--verbose", action="store_true", help="describe --members: show each assignment")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
+                   help="timeout for each broker request (default 30000)")
+    p.set_defaults(func=_runner("groups"))

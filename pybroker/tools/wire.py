@@ -17,6 +17,7 @@ _SIZE = struct.Struct(">i")
 # api key -> (lowest, highest) version the tools build and parse correctly
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 32
+OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 9, 10, 15, 16, 42
 TOOL_VERSIONS = {
     API_VERSIONS: (0, 3),
     METADATA: (1, 12),
@@ -27,6 +28,11 @@ TOOL_VERSIONS = {
     DELETE_TOPICS: (1, 6),
     CREATE_PARTITIONS: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
+    OFFSET_FETCH: (1, 7),      # v8+ batch groups
+    FIND_COORDINATOR: (0, 4),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 4),       # v5 adds the KIP-848 group type filter
+    DELETE_GROUPS: (0, 2),
 }
 # errors after which fresh metadata (a new leader, a just-created topic) may succeed
 RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -210,6 +216,13 @@ class Client:
         conn = self._conns.get(addr)
         if conn is None:
             conn = self._conns[addr] = Connection(*addr, self.timeout)
+        return conn
+
+    def addr_conn(self, host: str, port: int) -> Connection:
+        """A connection to the broker at ``host:port`` (e.g. a group coordinator), reused if open."""
+        conn = self._conns.get((host, port))
+        if conn is None:
+            conn = self._conns[(host, port)] = Connection(host, port, self.timeout)
         return conn
 
     def controller_conn(self) -> Connection:

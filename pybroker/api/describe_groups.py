@@ -1,0 +1,34 @@
+"""DescribeGroups: one entry per asked group, always (an unknown group is Dead, error 0)."""
+from pybroker.coordinator.group import STABLE
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 15
+MIN_VERSION = 0
+MAX_VERSION = 4
+NOT_REQUESTED = -2147483648  # authorized operations not asked for
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    coordinator = ctx.broker.coordinator
+    ops = GROUP_OPERATIONS if ctx.version >= 3 and request.include_authorized_operations else NOT_REQUESTED
+    return Response(throttle_time_ms=0, groups=[_describe(coordinator, name, ops) for name in request.groups])
+
+
+def _describe(coordinator, name, ops):
+    error = coordinator.check_available(name)
+    group = None if error else coordinator.describe(name)
+    if group is None:
+        return Response.DescribedGroup(error_code=error, group_id=name, group_state="Dead", protocol_type="",
+                                       protocol_data="", members=[], authorized_operations=ops)
+    stable = group.state == STABLE  # as Kafka: metadata and assignments only once they are settled
+    members = [Response.DescribedGroupMember(
+        member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+        client_host=m.client_host, member_metadata=m.metadata(group.protocol) if stable else b"",
+        member_assignment=m.assignment if stable else b"") for m in group.members.values()]
+    return Response.DescribedGroup(error_code=0, group_id=name, group_state=group.state,
+                                   protocol_type=group.protocol_type or "",
+                                   protocol_data=(group.protocol or "") if stable else "",
+                                   members=members, authorized_operations=ops)

@@ -1,0 +1,21 @@
+"""LeaveGroup: one member (v0-2) or a batch of members by id or group.instance.id (v3)."""
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 13
+MIN_VERSION = 0
+MAX_VERSION = 3
+FIRST_BATCH_VERSION = 3
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    batch = ctx.version >= FIRST_BATCH_VERSION
+    identities = ([(m.member_id, m.group_instance_id) for m in request.members] if batch
+                  else [(request.member_id, None)])
+    error, errors = ctx.broker.coordinator.leave(request.group_id, identities)
+    if not batch:
+        return Response(throttle_time_ms=0, error_code=error or errors[0], members=[])
+    return Response(throttle_time_ms=0, error_code=error, members=[
+        Response.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+        for (m, i), e in zip(identities, errors)])

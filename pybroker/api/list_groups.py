@@ -1,0 +1,17 @@
+"""ListGroups: every group this coordinator knows, with its protocol type."""
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    coordinator = ctx.broker.coordinator
+    error = coordinator.check_available("-")
+    groups = [] if error else coordinator.list_groups()
+    return Response(throttle_time_ms=0, error_code=error, groups=[
+        Response.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state)
+        for g in groups])

@@ -1,0 +1,29 @@
+"""SyncGroup: the leader hands out the assignment; every member waits for and gets its own share."""
+from pybroker.coordinator.coordinator import SyncResult
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 14
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    result = ctx.broker.coordinator.sync(
+        request.group_id, request.generation_id, request.member_id,
+        request.group_instance_id if ctx.version >= 3 else None,
+        request.protocol_type if ctx.version >= 5 else None,
+        request.protocol_name if ctx.version >= 5 else None, request.assignments)
+    if isinstance(result, SyncResult):
+        return _response(result)
+    return _later(result)
+
+
+async def _later(future):
+    return _response(await future)
+
+
+def _response(r: SyncResult):
+    return Response(throttle_time_ms=0, error_code=r.error, protocol_type=r.protocol_type,
+                    protocol_name=r.protocol, assignment=r.assignment)

@@ -1,0 +1,180 @@
+"""Committed offsets: kept in memory, made durable in the internal topic ``__consumer_offsets``.
+
+Each commit appends one record batch (one record per partition: key group/topic/partition, value
+offset/epoch/metadata/timestamps, codecs in records.py) to the group's partition of the topic,
+chosen as Kafka does (``abs(groupId.hashCode()) % partitions``), and updates memory only after
+the append succeeded. A null value (tombstone) deletes an offset. The topic is created on first
+use, as Kafka does; at start every partition is read from its log start and replayed, last record
+wins. The topic keeps its records forever (retention.ms=-1): without log compaction, superseded
+commits stay until a future compactor.
+"""
+import logging
+import struct
+
+from pybroker.coordinator import records
+from pybroker.coordinator.group import now_ms
+from pybroker.errors import BrokerError
+from pybroker.records import Record, build_batch, decode_records
+
+log = logging.getLogger(__name__)
+
+TOPIC = "__consumer_offsets"
+TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}  # Kafka compacts instead; we keep all
+READ_CHUNK = 1 << 20
+_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+
+
+class OffsetStore:
+    def __init__(self, config, controller, replicas):
+        self.config = config
+        self.controller = controller
+        self.replicas = replicas
+        self.partitions = config.offsets_topic_num_partitions
+        self.offsets: dict[str, dict[tuple[str, int], records.OffsetValue]] = {}
+        self.loaded = False
+
+    # ---- start ----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Replay the internal topic into memory, when it exists (Kafka creates it on first use)."""
+        record = self.controller.topics.get(TOPIC)
+        if record is not None:
+            self._use(record)
+        count = sum(self._load_partition(i) for i in range(self.partitions)) if record is not None else 0
+        self.loaded = True
+        log.info("loaded %d offset records for %d groups from %s", count, len(self.offsets), TOPIC)
+
+    def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (FindCoordinator, commit), as Kafka does."""
+        record = self.controller.topics.get(TOPIC)
+        if record is None:
+            record = self.controller.create_topic(TOPIC, self.partitions, 1, TOPIC_CONFIGS)
+        self._use(record)
+
+    def _use(self, record) -> None:
+        if record.partitions != self.partitions:
+            log.warning("%s has %d partitions, offsets.topic.num.partitions=%d: using %d",
+                        TOPIC, record.partitions, self.partitions, record.partitions)
+        self.partitions = record.partitions  # the group -> partition map must never change under data
+
+    def _load_partition(self, index: int) -> int:
+        partition = self.replicas.get(TOPIC, index)
+        if partition is None:
+            return 0
+        lg, offset, end, count = partition.log, partition.log_start_offset, partition.high_watermark, 0
+        while offset < end:
+            data = lg.read(offset, READ_CHUNK, max_offset=end, min_one_batch=True).read()
+            if not data:
+                break
+            pos = 0
+            while pos + 12 <= len(data):
+                _, length = _BATCH_HEAD.unpack_from(data, pos)
+                if pos + 12 + length > len(data):
+                    break  # a partial batch at the chunk's end: the next read starts at it
+                for rec in decode_records(memoryview(data)[pos:pos + 12 + length]):
+                    if rec.offset >= offset:
+                        count += 1
+                        self._replay(rec.key, rec.value, index, rec.offset)
+                offset = max(offset, decode_last_offset(data, pos) + 1)
+                pos += 12 + length
+            if pos == 0:
+                break  # not even one whole batch: never spin
+        return count
+
+    def _replay(self, key, value, index: int, offset: int) -> None:
+        try:
+            k = records.decode_key(key)
+            if not isinstance(k, records.OffsetKey):
+                return  # group metadata and newer record types: not used here
+            if value is None:
+                self._forget(k.group, (k.topic, k.partition))
+            else:
+                self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = \
+                    records.decode_offset_commit_value(value)
+        except ValueError as exc:
+            log.warning("skipping an unreadable record at %s-%d offset %d: %s", TOPIC, index, offset, exc)
+
+    def _forget(self, group: str, tp) -> None:
+        offsets = self.offsets.get(group)
+        if offsets is not None:
+            offsets.pop(tp, None)
+            if not offsets:
+                del self.offsets[group]
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def partition_for(self, group: str) -> int:
+        return records.offsets_partition(group, self.partitions)
+
+    def has_offsets(self, group: str) -> bool:
+        return bool(self.offsets.get(group))
+
+    def groups(self) -> list[str]:
+        return list(self.offsets)
+
+    def fetch(self, group: str, partitions=None) -> dict:
+        """(topic, partition) -> OffsetValue for the asked partitions (None: all) that have one."""
+        offsets = self.offsets.get(group, {})
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets[tp] for tp in partitions if tp in offsets}
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    def commit(self, group: str, values: dict) -> int:
+        """Append ``{(topic, partition): OffsetValue}`` as one batch; an error code (0: done)."""
+        if not values:
+            return 0
+        recs = [Record(key=records.encode_offset_commit_key(group, t, p),
+                       value=records.encode_offset_commit_value(v.offset, v.leader_epoch, v.metadata,
+                                                                v.commit_timestamp, v.expire_timestamp))
+                for (t, p), v in values.items()]
+        error = self._append(group, recs)
+        if not error:
+            self.offsets.setdefault(group, {}).update(values)
+        return error
+
+    def delete(self, group: str, partitions=None) -> int:
+        """Tombstones for the group's offsets (all, or the given partitions); an error code."""
+        offsets = self.offsets.get(group, {})
+        tps = [tp for tp in (offsets if partitions is None else partitions) if tp in offsets]
+        if not tps:
+            return 0
+        error = self._append(group, [Record(key=records.encode_offset_commit_key(group, t, p), value=None)
+                                     for t, p in tps])
+        if not error:
+            for tp in tps:
+                self._forget(group, tp)
+        return error
+
+    def _append(self, group: str, recs) -> int:
+        try:
+            self.ensure_topic()
+        except BrokerError as exc:
+            log.error("cannot create %s: %s", TOPIC, exc)
+            return exc.code
+        key = (TOPIC, self.partition_for(group))
+        outcome = self.replicas.append(-1, {key: build_batch(recs, base_timestamp=now_ms())})[key]
+        if outcome.error:
+            log.error("could not write offsets of group %s to %s-%d: error %d %s", group, *key,
+                      outcome.error, outcome.message or "")
+        return outcome.error
+
+    def expire(self, now: int, retention_ms: int, is_empty) -> int:
+        """Tombstone offsets past retention: explicit expire timestamps, or any offset of a group
+        without members (``is_empty(group) -> (empty, empty_since_ms)``) older than the retention."""
+        removed = 0
+        for group in list(self.offsets):
+            empty, since = is_empty(group)
+            stale = [tp for tp, v in self.offsets[group].items()
+                     if (v.expire_timestamp != -1 and now >= v.expire_timestamp)
+                     or (empty and now >= max(v.commit_timestamp, since) + retention_ms)]
+            if stale and not self.delete(group, stale):
+                removed += len(stale)
+        return removed
+
+
+def decode_last_offset(data, pos: int) -> int:
+    """A batch's last offset: base offset + lastOffsetDelta (bytes 23-26 of the header)."""
+    base = _BATCH_HEAD.unpack_from(data, pos)[0]
+    return base + struct.unpack_from(">i", data, pos + 23)[0]
