@@ -222,3 +222,15 @@ def test_cleanup_policy_delete_only():
     assert LogConfig.from_properties({"cleanup.policy": "delete"}).cleanup_policy == "delete"
     with pytest.raises(ValueError, match="compaction is not implemented"):
         LogConfig.from_properties({"cleanup.policy": "compact"})
+
+
+def test_size_is_checked_before_the_crc(tmp_path):
+    lg = open_log(tmp_path, max_message_bytes=1000)
+    big = value_batch(1, 2000)
+    big[-1] ^= 0xFF  # also a bad CRC: the size still decides, as in Kafka
+    with pytest.raises(RecordTooLargeError):
+        lg.append(big)
+    small = value_batch(1, 10)
+    small[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        lg.append(small)

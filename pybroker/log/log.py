@@ -175,7 +175,11 @@ class Log:
             view = memoryview(buf).cast("B")
             pos = 0
             while pos < len(view):
-                info = validate(view, pos, allow_control)
+                try:
+                    info = validate(view, pos, allow_control)
+                except CorruptRecordError:
+                    self._check_declared_size(view, pos, max_bytes)  # as Kafka: size is checked before the CRC
+                    raise
                 size = info.batch_length + 12
                 if size > max_bytes:
                     raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
@@ -187,6 +191,13 @@ class Log:
         if not batches:
             raise CorruptRecordError("no record batch in the request")
         return batches
+
+    @staticmethod
+    def _check_declared_size(view, pos: int, max_bytes: int) -> None:
+        if len(view) - pos >= 12:
+            size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True) + 12
+            if size > max_bytes:
+                raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
 
     def append_validated(self, batches, *, leader_epoch: int = -1, assign_offsets: bool = True,
                          timestamp_ms: int | None = None) -> AppendInfo:
