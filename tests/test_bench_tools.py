@@ -1,0 +1,54 @@
+"""bench/compare.py end to end: a tiny workload against one real broker, table and PNG produced.
+
+No timing assertions: only that the tool runs, measures something and writes its outputs.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from tests.broker import ROOT
+
+COMPARE = os.path.join(ROOT, "bench", "compare.py")
+
+
+def test_compare_against_one_broker(broker, tmp_path):
+    workload = tmp_path / "tiny.json"
+    workload.write_text(json.dumps({"name": "tiny", "topics": 1, "partitionsPerTopic": 2, "messageSize": 200,
+                                    "consumerPerSubscription": 1, "producerRate": 0, "testDurationSeconds": 1}))
+    out = tmp_path / "result"
+    done = subprocess.run([sys.executable, COMPARE, "--workload", str(workload),
+                           "--target", f"live={broker.bootstrap}", "--runs", "1", "--rates", "0.5,max",
+                           "--seconds", "1.5", "--out", str(out)],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "medians over 1 run(s)" in done.stdout
+    table = [line.split() for line in done.stdout.splitlines() if line.startswith("live ")]
+    assert [row[1] for row in table] == ["0.5", "max"], done.stdout
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = json.loads(out.with_suffix(".json").read_text())
+    steps = result["runs"][0]["live"]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["acked"] > 0 and step["errors"] == 0
+        assert step["received"] == step["acked"]  # the consumer read back all that was produced
+        assert step["e2e_p99_ms"] is not None
+
+
+def test_compare_spawns_its_own_broker(tmp_path):
+    workload = tmp_path / "tiny.json"
+    workload.write_text(json.dumps({"name": "tiny", "messageSize": 100, "consumerPerSubscription": 0,
+                                    "producerRate": 1000, "testDurationSeconds": 1}))
+    out = tmp_path / "spawned"
+    done = subprocess.run([sys.executable, COMPARE, "--workload", str(workload), "--target", "spawn:pybroker",
+                           "--target", "alt=spawn:pybroker:PYBROKER_TRANSFER=sendfile", "--runs", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = {line.split()[0] for line in done.stdout.splitlines() if line.split()[:1] in (["pybroker"], ["alt"])}
+    assert names == {"pybroker", "alt"}, done.stdout
+    assert out.with_suffix(".png").stat().st_size > 0
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["rates"] == [0.1]  # the workload's producerRate, 1000 x 100 B/s
+    for name in ("pybroker", "alt"):
+        assert result["runs"][0][name][0]["acked"] > 0
