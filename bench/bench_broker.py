@@ -110,10 +110,14 @@ def one_run(args, exe) -> dict:
         result.update(latency_p50_ms=r["p50_ms"], latency_p99_ms=r["p99_ms"], latency_rate_mb=r["achieved_mb_s"])
         result["peak_rss_mb"] = sampler.stop()
     finally:
-        sampler.stop()
-        broker.stop()
-        broker.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            sampler.stop()
+        finally:  # the broker is stopped whatever else failed
+            try:
+                broker.stop()
+            finally:
+                broker.close()
+                shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 
