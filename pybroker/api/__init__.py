@@ -4,14 +4,15 @@
 acks=0), or a ``Parts`` list already encoded (zero-copy Fetch). ApiVersions advertises
 exactly this table.
 """
-from pybroker.api import (api_versions, create_partitions, create_topics, delete_groups, delete_records,
-                          delete_topics, describe_configs, describe_groups, fetch, find_coordinator,
-                          heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets,
-                          metadata, offset_commit, offset_fetch, offset_for_leader_epoch, produce,
-                          sync_group)
+from pybroker.api import (alter_configs, api_versions, create_partitions, create_topics, delete_groups,
+                          delete_records, delete_topics, describe_configs, describe_groups, fetch,
+                          find_coordinator, heartbeat, incremental_alter_configs, init_producer_id, join_group,
+                          leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
+                          offset_for_leader_epoch, produce, sync_group)
 
 MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_versions,
            create_topics, delete_topics, delete_records, init_producer_id, describe_configs,
            create_partitions, find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit,
-           offset_fetch, list_groups, describe_groups, delete_groups)
+           offset_fetch, list_groups, describe_groups, delete_groups, alter_configs,
+           incremental_alter_configs)
 TABLE = {m.API_KEY: m for m in MODULES}

@@ -39,6 +39,8 @@ class Controller:
         """Open a partition (as leader) for every partition the store knows."""
         for record in list(self.store.topics.values()):
             self._open_partitions(record, 0, record.partitions)
+            if record.configs:  # logs loaded from disk start with the broker defaults
+                self._apply_log_config(record)
 
     def log_config(self, record) -> LogConfig:
         return LogConfig.from_properties(record.configs, base=self.config.log)
@@ -105,6 +107,57 @@ class Controller:
         old = record.partitions
         self.store.set_partitions(name, count)
         self._open_partitions(self.store.topics[name], old, count)
+
+    def alter_topic_configs(self, name: str, changes: dict, replace_all: bool = False,
+                            validate_only: bool = False) -> None:
+        """Change topic-level overrides: ``changes`` maps Kafka names to a value (set) or None
+        (back to the default). With ``replace_all`` (legacy AlterConfigs) the overrides become
+        exactly the non-None ``changes``. Validated like CreateTopics, stored durably, then
+        applied to the topic's open logs."""
+        record = self.store.topics.get(name)
+        if record is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        if replace_all:
+            new = {k: v for k, v in changes.items() if v is not None}
+        else:
+            new = dict(record.configs)
+            for key, value in changes.items():
+                if value is None:
+                    new.pop(key, None)
+                else:
+                    new[key] = value
+        try:
+            unknown = [k for k in changes if k not in TOPIC_NAMES.values()]
+            if unknown:
+                raise ValueError(f"unknown topic config {unknown[0]!r}")
+            bad = [k for k, v in new.items() if not isinstance(v, str)]
+            if bad:
+                raise ValueError(f"the value of {bad[0]!r} must be a string")
+            LogConfig.from_properties(new, base=self.config.log)
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from None
+        if validate_only or new == record.configs:
+            return
+        self.store.set_configs(name, {**{k: None for k in record.configs if k not in new}, **new})
+        self._apply_log_config(self.store.topics[name])
+        log.info("altered configs of topic %s: %s", name, dict(sorted(new.items())))
+
+    def _apply_log_config(self, record) -> None:
+        """Give the topic's open logs their new LogConfig. Retention, max.message.bytes, flush
+        and timestamp type apply at once; segment.bytes/segment.ms from the active segment's
+        next roll check; index sizes with the next new segment."""
+        cfg = self.log_config(record)
+        for index in range(record.partitions):
+            partition = self.replicas.get(record.name, index)
+            lg = getattr(partition, "log", None)
+            if lg is None:
+                continue
+            with lg.lock:
+                lg.config = cfg
+                lg.log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+                if lg.segments:
+                    lg.segments[-1].segment_bytes = cfg.segment_bytes
+                    lg.segments[-1].segment_ms = cfg.segment_ms
 
     def topic_configs(self, name: str) -> list[tuple[str, str, bool]]:
         """(Kafka name, value, overridden) for every topic-level config of ``name``."""

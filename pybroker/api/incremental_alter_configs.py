@@ -1,0 +1,101 @@
+"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs.
+
+Topic resources only: changes are validated like CreateTopics' configs, stored durably (they
+survive a restart) and applied to the topic's open logs. Every broker config of this broker is
+static, so a broker resource fails as Kafka fails a config that cannot be updated dynamically:
+INVALID_REQUEST ("Cannot update these configs dynamically"). APPEND/SUBTRACT apply only to list
+configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
+"""
+from pybroker.errors import BrokerError
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 44
+MIN_VERSION = 0
+MAX_VERSION = 1
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+LIST_CONFIGS = ("cleanup.policy",)  # topic configs of Kafka's LIST type that this broker knows
+
+Response = RESPONSES[API_KEY]
+
+
+class ConfigChangeError(BrokerError):
+    code = 42  # INVALID_REQUEST
+
+
+def duplicate_resources(resources) -> set:
+    seen, dups = set(), set()
+    for res in resources:
+        key = (res.resource_type, res.resource_name)
+        (dups if key in seen else seen).add(key)
+    return dups
+
+
+def alter_resource(ctx, resource_type, name, changes: dict, replace_all: bool, validate_only: bool) -> None:
+    """Apply ``changes`` ({key: value | None}) to one resource, or raise a BrokerError."""
+    if resource_type == TOPIC:
+        ctx.broker.controller.alter_topic_configs(name, changes, replace_all=replace_all,
+                                                  validate_only=validate_only)
+    elif resource_type == BROKER:
+        if name not in ("", str(ctx.broker.node_id)):
+            raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.broker.node_id}")
+        if changes or not replace_all:
+            keys = ", ".join(sorted(changes)) or "(none)"
+            raise ConfigChangeError(f"Cannot update these configs dynamically: {keys} "
+                                    "(this broker's configs are all static)")
+    else:
+        raise ConfigChangeError(f"altering configs of resource type {resource_type} is not supported "
+                                "(only topics and brokers)")
+
+
+def _current_list(ctx, name: str, key: str) -> list:
+    for k, value, _ in ctx.broker.controller.topic_configs(name):
+        if k == key:
+            return [v.strip() for v in value.split(",") if v.strip()]
+    return []
+
+
+def handle(ctx, request):
+    dups = duplicate_resources(request.resources)
+    results = []
+    for res in request.resources:
+        error, message = 0, None
+        try:
+            if (res.resource_type, res.resource_name) in dups:
+                raise ConfigChangeError(f"duplicate resource {res.resource_name!r} (type {res.resource_type}) "
+                                        "in one request")
+            changes = {}
+            for c in res.configs:
+                if c.name in changes:
+                    raise ConfigChangeError(f"duplicate config key {c.name!r}")
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise ConfigChangeError(f"null value not supported for config {c.name!r}")
+                    changes[c.name] = c.value
+                elif op == DELETE:
+                    changes[c.name] = None
+                elif op in (APPEND, SUBTRACT):
+                    if c.name not in LIST_CONFIGS:
+                        verb = "append" if op == APPEND else "subtract"
+                        raise ConfigChangeError(f"config value {verb} is not allowed for config key {c.name!r}")
+                    if res.resource_type != TOPIC:
+                        changes[c.name] = c.value
+                        continue
+                    items = _current_list(ctx, res.resource_name, c.name)
+                    given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+                    if op == APPEND:
+                        items += [v for v in given if v not in items]
+                    else:
+                        items = [v for v in items if v not in given]
+                    changes[c.name] = ",".join(items)
+                else:
+                    raise ConfigChangeError(f"unknown config operation {op} for config {c.name!r}")
+            alter_resource(ctx, res.resource_type, res.resource_name, changes, replace_all=False,
+                           validate_only=request.validate_only)
+        except BrokerError as exc:
+            error, message = exc.code, str(exc)
+        results.append(Response.AlterConfigsResourceResponse(error_code=error, error_message=message,
+                                                             resource_type=res.resource_type,
+                                                             resource_name=res.resource_name))
+    return Response(throttle_time_ms=0, responses=results)
