@@ -9,6 +9,11 @@ if ! command -v kcat >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null; fi
 fi
+# the Spark data source tests run PySpark in local mode, which needs a Java runtime (17+)
+if ! command -v java >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
+fi
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e ".[test]"
 

@@ -143,21 +143,12 @@ class Controller:
         log.info("altered configs of topic %s: %s", name, dict(sorted(new.items())))
 
     def _apply_log_config(self, record) -> None:
-        """Give the topic's open logs their new LogConfig. Retention, max.message.bytes, flush
-        and timestamp type apply at once; segment.bytes/segment.ms from the active segment's
-        next roll check; index sizes with the next new segment."""
+        """Give the topic's open logs their new LogConfig."""
         cfg = self.log_config(record)
         for index in range(record.partitions):
-            partition = self.replicas.get(record.name, index)
-            lg = getattr(partition, "log", None)
-            if lg is None:
-                continue
-            with lg.lock:
-                lg.config = cfg
-                lg.log_append_time = cfg.message_timestamp_type == "LogAppendTime"
-                if lg.segments:
-                    lg.segments[-1].segment_bytes = cfg.segment_bytes
-                    lg.segments[-1].segment_ms = cfg.segment_ms
+            lg = getattr(self.replicas.get(record.name, index), "log", None)
+            if lg is not None:
+                lg.update_config(cfg)
 
     def topic_configs(self, name: str) -> list[tuple[str, str, bool]]:
         """(Kafka name, value, overridden) for every topic-level config of ``name``."""

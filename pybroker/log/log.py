@@ -297,6 +297,17 @@ class Log:
 
     # ---- read -----------------------------------------------------------------------------
 
+    def update_config(self, config: LogConfig) -> None:
+        """Switch to a new topic config (an altered override). Retention, max.message.bytes, flush
+        and timestamp type apply at once; segment.bytes/segment.ms from the active segment's next
+        roll check; index sizes with the next new segment."""
+        with self.lock:
+            self.config = config
+            self.log_append_time = config.message_timestamp_type == "LogAppendTime"
+            if self.segments:
+                self.segments[-1].segment_bytes = config.segment_bytes
+                self.segments[-1].segment_ms = config.segment_ms
+
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_batch: bool = True) -> FetchSlice:
         """A slice starting at the batch that holds ``offset``.
