@@ -12,7 +12,7 @@ IMPL = os.environ.get("PYBROKER_IMPL", "native")
 if IMPL not in ("native", "pure"):
     raise ImportError(f"PYBROKER_IMPL must be 'native' or 'pure', not {IMPL!r}")
 
-MODULES = ("crc", "batch", "index", "fileio", "writer", "transfer", "kafka_codec", "client_codec")
+MODULES = ("crc", "batch", "index", "fileio", "writer", "transfer", "kafka_codec", "client_codec", "producer_fast")
 
 
 def load(name: str, impl: str = IMPL):

@@ -181,8 +181,13 @@ class Cluster:
         opening = self._opening.get(addr)
         if opening is None:
             opening = self._opening[addr] = asyncio.ensure_future(self._open(addr, node_id))
-            opening.add_done_callback(lambda f, a=addr: self._opening.pop(a, None))
+            opening.add_done_callback(lambda f, a=addr: self._opening_done(a, f))
         return await asyncio.shield(opening)
+
+    def _opening_done(self, addr, fut) -> None:
+        self._opening.pop(addr, None)
+        if not fut.cancelled():
+            fut.exception()  # retrieved here: a caller cancelled while waiting never sees it
 
     async def _open(self, addr, node_id: int) -> BrokerConnection:
         failures, not_before = self._reconnect.get(addr, (0, 0.0))
