@@ -68,7 +68,8 @@ def to_record_batch(columns, topic: str, partition: int) -> pa.RecordBatch:
 
 def empty_batch() -> pa.RecordBatch:
     """A RecordBatch with SCHEMA and no rows."""
-    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in SCHEMA], schema=SCHEMA)
+    # pa.nulls: pa.array([], type=timestamp with a time zone) would import pandas
+    return pa.RecordBatch.from_arrays([pa.nulls(0, type=f.type) for f in SCHEMA], schema=SCHEMA)
 
 
 def concat(batches) -> pa.RecordBatch:
