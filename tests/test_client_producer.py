@@ -404,11 +404,11 @@ def _check_exactly_once_in_order(broker, topic, count):
 
 
 def test_idempotent_retries_after_dropped_connections_write_each_record_once(broker, monkeypatch):
-    from pybroker.client import producer as producer_module
+    from pybroker.client import producer_sender
     topic = new_topic(broker)
     count = 6000
     drops = {"wanted": 0, "done": 0}
-    send = producer_module._NodeSender._send
+    send = producer_sender.BrokerSender._send
 
     def send_then_drop(self, conn, batches):  # close the connection right under the request just written
         send(self, conn, batches)
@@ -416,7 +416,7 @@ def test_idempotent_retries_after_dropped_connections_write_each_record_once(bro
             drops["done"] += 1
             self.engine.loop.create_task(conn.close())  # runs before any response can be read
 
-    monkeypatch.setattr(producer_module._NodeSender, "_send", send_then_drop)
+    monkeypatch.setattr(producer_sender.BrokerSender, "_send", send_then_drop)
     with Producer(conf(broker, batch_size=2048, linger_ms=0)) as p:
         futures = []
         for i in range(count):

@@ -22,11 +22,15 @@ partition's idempotence state:
   written, so later sequence numbers cannot be chosen safely: the partition fails (every
   waiting and later record to it gets the error) until the producer is recreated.
 """
-from pybroker.client.errors import KafkaTimeoutError
-from pybroker.protocol.errors import ErrorCode
+import time
 
-SEQ_MOD = 1 << 31
-MAX_IDEMPOTENT_IN_FLIGHT = 5
+from pybroker.client.errors import KafkaTimeoutError
+from pybroker.client.idempotence import MAX_IDEMPOTENT_IN_FLIGHT, next_sequence
+
+
+def now_ms() -> int:
+    """The clock of batch times (``created_ms``, ``retry_at``, linger): monotonic milliseconds."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class ProducerBatch:
@@ -168,7 +172,7 @@ class RecordAccumulator:
         st.ordinals += 1
         if self.idempotent:
             b.base_sequence = st.next_seq
-            st.next_seq = (st.next_seq + b.count) % SEQ_MOD
+            st.next_seq = next_sequence(st.next_seq, b.count)
             b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, b.base_sequence)
         else:
             b.data = b.builder.build(self.codec)
@@ -182,7 +186,7 @@ class RecordAccumulator:
             if b.base_sequence != seq:
                 b.base_sequence = seq
                 b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, seq)
-            seq = (seq + b.count) % SEQ_MOD
+            seq = next_sequence(seq, b.count)
         st.next_seq = seq
         st.gap = False
 
@@ -196,7 +200,7 @@ class RecordAccumulator:
         st = self.state(b.tp)
         _remove(st.inflight, b)
         if self.idempotent:
-            st.acked_next = (b.base_sequence + b.count) % SEQ_MOD
+            st.acked_next = next_sequence(b.base_sequence, b.count)
 
     def out_of_order_is_retriable(self, b: ProducerBatch) -> bool:
         """OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind an unresolved one (in flight, waiting to
@@ -284,10 +288,4 @@ def _remove(items: list, b) -> None:
         if x is b:
             del items[i]
             return
-
-
-def is_fatal_for_partition(code: int) -> bool:
-    """Errors after which the idempotent producer cannot continue a partition's sequence."""
-    return code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
-                    ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
 
