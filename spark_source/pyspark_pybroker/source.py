@@ -1,0 +1,61 @@
+"""The "pybroker" data source: Spark's Kafka source and sink schema and options, on pybroker's
+own clients (any Kafka-protocol broker works)."""
+from pyspark.sql.datasource import DataSource
+
+from pyspark_pybroker.options import (
+    SOURCE_NAME, OptionError, include_headers, parse_read_options, parse_write_options,
+)
+from pyspark_pybroker.schema import spark_schema
+
+
+class PybrokerDataSource(DataSource):
+    """``spark.read.format("pybroker")``, ``spark.readStream.format("pybroker")``,
+    ``df.write.format("pybroker")`` and ``df.writeStream.format("pybroker")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self):
+        # checked here too so that load() already fails on a bad option
+        parse_read_options(self.options, streaming=None)
+        return spark_schema(include_headers(self.options))
+
+    def reader(self, schema):
+        from pyspark_pybroker.batch import BatchReader
+        from pyspark_pybroker.fetch import read_config
+
+        opts = parse_read_options(self.options, streaming=False)
+        read_config(opts)  # a bad kafka.* setting fails here, before any task
+        return BatchReader(opts)
+
+    def streamReader(self, schema):
+        from pyspark_pybroker.fetch import read_config
+        from pyspark_pybroker.stream import StreamReader
+
+        opts = parse_read_options(self.options, streaming=True)
+        read_config(opts)
+        return StreamReader(opts)
+
+    def writer(self, schema, overwrite: bool):
+        from pyspark_pybroker.sink import BatchWriter, check_sink_schema, write_config
+
+        opts = _write_options(self.options, overwrite)
+        check_sink_schema(schema, opts)
+        write_config(opts)
+        return BatchWriter(opts)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from pyspark_pybroker.sink import StreamWriter, check_sink_schema, write_config
+
+        opts = _write_options(self.options, overwrite)
+        check_sink_schema(schema, opts)
+        write_config(opts)
+        return StreamWriter(opts)
+
+
+def _write_options(options, overwrite: bool):
+    if overwrite:
+        raise OptionError("the pybroker sink only appends records: use .mode(\"append\") (or the "
+                          "\"append\" output mode for streams)")
+    return parse_write_options(options)
