@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install pybroker with its test dependencies on this machine, then run the whole test suite:
-# once on the native core, once more for the storage and broker smoke tests on the pure-Python twins.
+# once on the native core, once more for the storage, broker smoke and client tests on the pure-Python twins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +19,5 @@ python3 -m pip install --quiet -e ".[test]"
 
 python3 -m pytest -q "$@"
 PYBROKER_IMPL=pure python3 -m pytest -q tests/test_log.py tests/test_log_state_machine.py \
-    tests/test_recovery.py tests/test_manager.py tests/test_broker_smoke.py
+    tests/test_recovery.py tests/test_manager.py tests/test_broker_smoke.py \
+    tests/test_client_producer.py tests/test_client_consumer.py
