@@ -567,3 +567,62 @@ def test_broker_restart_and_close_with_broker_down(broker_factory):
     finally:
         c.close(timeout_ms=2000)
     assert time.monotonic() - start < 10  # the commit/LeaveGroup give up instead of hanging
+
+
+# ---- unexpected failures of the fetch loop ---------------------------------------------------------
+
+class FlakyBatchesEnd:
+    """Stands in for the fetcher's batches_end: raises while ``failing`` (or ``fail_times`` times)."""
+
+    def __init__(self, fail_times: int = 0, failing: bool = False):
+        self.fail_times = fail_times
+        self.failing = failing
+        self.failures = 0
+
+    def __call__(self, buf):
+        if self.failing or self.failures < self.fail_times:
+            self.failures += 1
+            raise RuntimeError("injected fetch-loop failure")
+        return batches_end(buf)
+
+
+def test_fetch_loop_failures_back_off_and_recover(broker, monkeypatch, caplog):
+    topic = new_topic(broker)
+    sent = produce(broker, topic, 30)
+    flaky = FlakyBatchesEnd(fail_times=3)
+    monkeypatch.setattr("pybroker.client.fetcher.batches_end", flaky)
+    caplog.set_level("DEBUG", logger="pybroker.client.fetcher")
+    with Consumer(conf(broker, retry_backoff_ms=20, retry_backoff_max_ms=1000)) as c:
+        c.assign([(topic, 0, 0)])
+        got = poll_until(c, 30)  # a transient streak is retried quietly: poll does not raise
+    assert [as_tuple(r) for r in got] == [sent_tuple(s) for s in sent]
+    assert flaky.failures == 3
+    warnings = [r for r in caplog.records if r.name == "pybroker.client.fetcher" and r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].exc_info is not None  # one traceback per streak
+    assert any("works again after 3" in r.getMessage() for r in caplog.records)
+
+
+def test_persistent_fetch_loop_failure_reaches_poll_once(broker, monkeypatch):
+    topic = new_topic(broker)
+    produce(broker, topic, 10)
+    flaky = FlakyBatchesEnd(failing=True)
+    monkeypatch.setattr("pybroker.client.fetcher.batches_end", flaky)
+    with Consumer(conf(broker, retry_backoff_ms=10, retry_backoff_max_ms=80)) as c:
+        c.assign([(topic, 0, 0)])
+        raised, end = None, time.monotonic() + DEADLINE
+        while raised is None and time.monotonic() < end:
+            try:
+                assert c.poll(200) == []
+            except KafkaError as exc:
+                raised = exc
+        assert raised is not None and "injected fetch-loop failure" in str(raised)
+        assert flaky.failures >= 4  # reported once the backoff reached retry.backoff.max.ms (10 * 2**3)
+        before = flaky.failures
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            assert c.poll(100) == []  # still failing, but reported once per streak
+        # backoff of 80 ms +-20% allows at most ~9 attempts in 0.6 s; a respawn loop makes thousands
+        assert flaky.failures - before <= 12
+        flaky.failing = False
+        got = poll_until(c, 10)
+        assert [r.offset for r in got] == list(range(10))

@@ -136,6 +136,10 @@ class Fetcher:
         self._aux_tasks: set = set()
         self._conns: dict = {}  # node id -> our own BrokerConnection for fetching
         self._conn_failures: dict = {}
+        self._node_failures: dict = {}  # node id -> unexpected failures of its fetch loop in a row
+        self._node_retry_at: dict = {}  # node id -> when its fetch loop may start again
+        self._node_reported: set = set()  # nodes whose failure streak poll has been told about
+        self.error = None  # a fetch failure that persisted, for the next poll (raised once)
         self._metadata_task = None
         self._metadata_failures = 0
         self._closed = False
@@ -312,6 +316,8 @@ class Fetcher:
 
     def has_data(self) -> bool:
         """True when poll would return something (or raise) without waiting. Call with the lock held."""
+        if self.error is not None:
+            return True
         for chunk in self.ready:
             if not chunk.state.paused:
                 return True
@@ -322,8 +328,12 @@ class Fetcher:
 
     def raise_errors(self) -> None:
         """Raise a partition's pending error (a position that cannot be found or reset, a
-        corrupt batch). Errors about a missing position stay until the partition is sought."""
+        corrupt batch, a fetch loop that keeps failing). Errors about a missing position stay
+        until the partition is sought."""
         with self.lock:
+            err, self.error = self.error, None
+            if err is not None:
+                raise err
             for s in self.states.values():
                 err = s.error
                 if err is not None:
@@ -492,6 +502,10 @@ class Fetcher:
                 elif node not in self._node_tasks:
                     nodes.add(node)
         for node in nodes:
+            retry_at = self._node_retry_at.get(node, 0.0)
+            if retry_at > now:  # its fetch loop failed unexpectedly: backing off
+                next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
+                continue
             self._node_tasks[node] = self._loop.create_task(self._node_loop(node))
         if unresolved:
             for s in unresolved:
@@ -627,8 +641,12 @@ class Fetcher:
                     self._backoff(states, error_for(resp.error_code), metadata=True)
                     return
                 notify = self._handle_response(resp, sent)
+                if node in self._node_failures:
+                    self._node_recovered(node)
                 self._release(states)
                 states = self._take_fetchable(node)
+        except Exception as exc:  # a bug or unexpected data: retried later, never in a tight loop
+            self._node_failed(node, exc)
         finally:
             self._release(states)
             if notify:
@@ -637,6 +655,35 @@ class Fetcher:
                 del self._node_tasks[node]
             if not self._closed:
                 self._wakeup.set()
+
+    def _node_failed(self, node: int, exc: BaseException) -> None:
+        """An unexpected failure of ``node``'s fetch loop: restart it after an exponential
+        backoff (retry.backoff.ms .. retry.backoff.max.ms); log the first failure of a streak;
+        once the backoff has grown to its maximum, report the failure to the next poll (once)."""
+        failures = self._node_failures.get(node, 0)
+        self._node_failures[node] = failures + 1
+        base_ms, max_ms = self.config["retry.backoff.ms"], self.config["retry.backoff.max.ms"]
+        self._node_retry_at[node] = time.monotonic() + backoff_s(failures, base_ms, max_ms)
+        if failures == 0:
+            log.warning("fetching from broker %s failed unexpectedly; retrying with backoff "
+                        "(repeats are logged at debug level until a fetch succeeds)", node, exc_info=exc)
+        else:
+            log.debug("fetching from broker %s failed again (%d in a row): %r", node, failures + 1, exc)
+        if base_ms * (2 ** min(failures, 30)) >= max_ms and node not in self._node_reported:
+            self._node_reported.add(node)
+            with self.lock:
+                self.error = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                        f"fetching from broker {node} failed {failures + 1} times in a row "
+                                        f"({exc!r}); still retrying", retriable=True)
+                self.cond.notify_all()
+            if self.on_data is not None:
+                self.on_data()
+
+    def _node_recovered(self, node: int) -> None:
+        failures = self._node_failures.pop(node)
+        self._node_retry_at.pop(node, None)
+        self._node_reported.discard(node)
+        log.info("fetching from broker %s works again after %d failed attempts", node, failures)
 
     def _backoff(self, states, exc, metadata: bool) -> None:
         log.debug("fetch failed, backing off: %s", exc)

@@ -1,19 +1,18 @@
 """Executor side: read exactly the offsets [start, end) of one topic-partition as Arrow batches.
 
-Fetches go straight to the partition leader on one blocking connection, the next Fetch sent
-as soon as a response arrives (its offset read from the last batch header) so the broker works
-while this task decodes and Spark ships the previous batch. Records are decoded natively into
-Arrow columns and cut at ``end``; gaps (compaction, transaction markers) are passed by
-following where the fetched batches end, so the read stops at ``end`` whatever lies between.
+A task reads with pybroker's ``Consumer``: the partition is assigned manually (no group, no
+commits), sought to ``start`` and drained with ``poll_batch``, whose Arrow rows are cut at
+``end``. The consumer's loop thread keeps the next Fetch in flight while this task converts
+and Spark ships the previous batch. Gaps (compaction, transaction markers) are passed by
+following the consumer's position, so the read stops at ``end`` whatever lies between.
 """
-import struct
 import time
 
 from pyspark_pybroker.metadata import report_data_loss
 from pyspark_pybroker.options import OptionError, ReadOptions
 from pyspark_pybroker.schema import arrow_schema, to_spark_batch
 
-# Consumer settings (Kafka's names, kafka.* options) a read task honours.
+# Consumer settings (Kafka's names, kafka.* options) a read task honours; defaults for bulk reads.
 READ_KEYS = {
     "isolation.level": (str, "read_uncommitted", ("read_uncommitted", "read_committed")),
     "fetch.min.bytes": (int, 1, 0),
@@ -22,24 +21,12 @@ READ_KEYS = {
     "max.partition.fetch.bytes": (int, 8 << 20, 1),  # larger than Kafka's 1 MiB: bulk reads
     "check.crcs": (bool, True),
 }
-MAX_LEADER_RETRIES = 10  # leader changes/unavailability tolerated by one task
-_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
-_LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23  # base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
-_MIN_BATCH = 61  # a v2 batch header
-
-
-def batches_end(buf) -> int:
-    """One past the last offset of the complete batches in ``buf`` (-1 if none is complete):
-    where the next Fetch starts, known before any record is decoded."""
-    n, pos, following = len(buf), 0, -1
-    while n - pos >= _MIN_BATCH:
-        base, length = _BATCH_HEAD.unpack_from(buf, pos)
-        if length < _MIN_BATCH - 12 or pos + 12 + length > n:
-            break
-        following = base + _LAST_DELTA.unpack_from(buf, pos + _LAST_DELTA_AT)[0] + 1
-        pos += 12 + length
-    return following
+# A task owns its partition's offsets: no group, nothing committed, and a position outside the
+# log is reported (failOnDataLoss) rather than silently reset.
+FIXED_SETTINGS = {"enable.auto.commit": False, "auto.offset.reset": "none",
+                  "allow.auto.create.topics": False}
+POLL_SLICE_MS = 100  # how often an idle read looks at its position (gaps move it without rows)
+MAX_STALE_RANGE_ERRORS = 10  # out-of-range reports about prefetches while the position is valid
 
 
 def read_config(opts: ReadOptions):
@@ -52,11 +39,20 @@ def read_config(opts: ReadOptions):
         raise OptionError(f"bad kafka.* option for reading: {exc}") from None
 
 
-def _log_start(opts: ReadOptions, topic: str, partition: int) -> int:
-    from pyspark_pybroker.metadata import OffsetLookup
+def consumer_settings(opts: ReadOptions) -> dict:
+    """Consumer properties of a read task: bulk-read defaults, the kafka.* options, fixed ones."""
+    read_config(opts)
+    bulk = {name: spec[1] for name, spec in READ_KEYS.items()}
+    return {**bulk, **opts.client_config(), **FIXED_SETTINGS}
 
-    with OffsetLookup(opts) as lookup:
-        return lookup.earliest([(topic, partition)])[(topic, partition)]
+
+def open_consumer(opts: ReadOptions):
+    from pybroker.client import Consumer
+
+    try:
+        return Consumer(consumer_settings(opts))
+    except ValueError as exc:  # the client's ConfigError names the property
+        raise OptionError(f"bad kafka.* option for reading: {exc}") from None
 
 
 def _rows_before(batch, end: int) -> int:
@@ -70,144 +66,74 @@ def _rows_before(batch, end: int) -> int:
     return int(pc.sum(pc.less(offsets, end)).as_py() or 0)
 
 
-class _PartitionReader:
-    """Fetches of one topic-partition from its leader, one request kept ahead."""
-
-    def __init__(self, opts: ReadOptions, topic: str, partition: int):
-        from pybroker.protocol import REQUESTS
-
-        self.opts = opts
-        self.topic = topic
-        self.partition = partition
-        self.cfg = read_config(opts)
-        self.read_committed = self.cfg["isolation.level"] == "read_committed"
-        self.timeout_s = self.cfg.seconds("request.timeout.ms") + self.cfg.seconds("fetch.max.wait.ms")
-        self._api = REQUESTS[1]
-        self.link = None
-        self.sent_offset = None  # the offset of the Fetch in flight
-
-    def connect(self) -> None:
-        from pyspark_pybroker.wire import BrokerLink, find_leader
-
-        self.close()
-        host, port = find_leader(self.cfg.bootstrap, self.topic, self.partition, self.cfg.client_id,
-                                 self.timeout_s)
-        self.link = BrokerLink(host, port, self.cfg.client_id, self.timeout_s,
-                               self.cfg["receive.message.max.bytes"])
-
-    def send(self, offset: int) -> None:
-        api = self._api
-        cfg = self.cfg
-        req = api(replica_id=-1, max_wait_ms=cfg["fetch.max.wait.ms"], min_bytes=cfg["fetch.min.bytes"],
-                  max_bytes=cfg["fetch.max.bytes"], isolation_level=1 if self.read_committed else 0,
-                  session_id=0, session_epoch=-1,
-                  topics=[api.FetchTopic(topic=self.topic, partitions=[api.FetchPartition(
-                      partition=self.partition, current_leader_epoch=-1, fetch_offset=offset,
-                      log_start_offset=-1, partition_max_bytes=cfg["max.partition.fetch.bytes"])])],
-                  forgotten_topics_data=[], rack_id="")
-        self.link.send(req)
-        self.sent_offset = offset
-
-    def receive(self):
-        """The partition's data in the response to the Fetch in flight."""
-        from pybroker.client.errors import error_for
-
-        self.sent_offset = None
-        resp = self.link.receive(reuse=True)  # the previous response is fully decoded by now
-        if resp.error_code:
-            raise error_for(resp.error_code, f"fetching {self.topic}-{self.partition}")
-        for t in resp.responses:
-            for p in t.partitions:
-                if p.partition_index == self.partition:
-                    return p
-        raise error_for(3, f"the fetch response has no {self.topic}-{self.partition}")
-
-    def close(self) -> None:
-        link, self.link, self.sent_offset = self.link, None, None
-        if link is not None:
-            link.close()
+def _after_out_of_range(opts, consumer, tp, position: int, end: int):
+    """Where to go on after the broker said a fetch offset is outside the log: the log start
+    (records before it are lost), the same position (the report was about data fetched ahead),
+    or None when the rest of the range is gone."""
+    topic, partition = tp
+    log_start = consumer.beginning_offsets([tp])[tp]
+    if log_start > position:
+        report_data_loss(opts, f"offsets {position} to {min(log_start, end) - 1} of "
+                               f"{topic}-{partition} are no longer in the log (it now "
+                               f"starts at {log_start})")
+        return log_start
+    log_end = consumer.end_offsets([tp])[tp]
+    if position >= log_end:  # truncated: the records were removed from the log's end
+        report_data_loss(opts, f"offsets {position} to {end - 1} of {topic}-{partition} "
+                               f"are no longer in the log")
+        return None
+    return position
 
 
 def read_range(opts: ReadOptions, topic: str, partition: int, start: int, end: int):
     """Yield Arrow record batches of the source schema for offsets [start, end)."""
     if start >= end:
         return
-    from pybroker import core
-    from pybroker.client import arrow
-    from pybroker.client.errors import KafkaError, error_for
+    from pybroker.client import KafkaError, TopicPartition
     from pybroker.protocol.errors import ErrorCode
 
-    retry_codes = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                   ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
-                   ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REQUEST_TIMED_OUT,
-                   ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.OFFSET_NOT_AVAILABLE}
-    decode_columns = core.client_codec.decode_columns
     schema = arrow_schema(opts.include_headers)
-    reader = _PartitionReader(opts, topic, partition)
-    check_crcs = reader.cfg["check.crcs"]
+    tp = TopicPartition(topic, partition)
     idle_limit_s = opts.poll_timeout_ms / 1000.0
-    backoff_s = reader.cfg.seconds("retry.backoff.ms")
-    position = start
-    retries = 0
-    last_progress = time.monotonic()
+    consumer = open_consumer(opts)
     try:
-        reader.connect()
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        position = start
+        stale_errors = 0
+        last_progress = time.monotonic()
         while position < end:
-            if reader.sent_offset is None:
-                reader.send(position)
             try:
-                data = reader.receive()
+                batch = consumer.poll_batch(timeout_ms=POLL_SLICE_MS)
             except KafkaError as exc:
-                if not exc.retriable or retries >= MAX_LEADER_RETRIES:
+                if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
                     raise
-                retries += 1
-                time.sleep(backoff_s)
-                reader.connect()
-                continue
-            code = data.error_code
-            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                log_start = _log_start(opts, topic, partition)
-                if log_start <= position:  # past the log end: the records were truncated away
-                    report_data_loss(opts, f"offsets {position} to {end - 1} of {topic}-{partition} "
-                                           f"are no longer in the log")
+                resume_at = _after_out_of_range(opts, consumer, tp, position, end)
+                if resume_at is None:
                     return
-                report_data_loss(opts, f"offsets {position} to {min(log_start, end) - 1} of "
-                                       f"{topic}-{partition} are no longer in the log (it now "
-                                       f"starts at {log_start})")
-                position = log_start
-                continue
-            if code in retry_codes:
-                if retries >= MAX_LEADER_RETRIES:
-                    raise error_for(code, f"fetching {topic}-{partition}")
-                retries += 1
-                time.sleep(backoff_s)
-                reader.connect()
-                continue
-            if code:
-                raise error_for(code, f"fetching {topic}-{partition}")
-            records = data.records
-            following = batches_end(records) if records is not None and len(records) else -1
-            if position < following < end:
-                reader.send(following)  # the broker prepares the next data meanwhile
-            if following > position:
-                aborted = None
-                if reader.read_committed and data.aborted_transactions:
-                    aborted = [(a.producer_id, a.first_offset) for a in data.aborted_transactions]
-                cols = decode_columns(records, position, reader.read_committed, aborted, check_crcs)
-                if cols.count:
-                    batch = arrow.to_record_batch(cols, topic, partition)
-                    keep = _rows_before(batch, end)
-                    if keep:
-                        yield to_spark_batch(batch if keep == batch.num_rows else batch.slice(0, keep),
-                                             schema)
-                position = max(position, cols.next_offset, following)
+                if resume_at == position:
+                    stale_errors += 1
+                    if stale_errors > MAX_STALE_RANGE_ERRORS:
+                        raise
+                consumer.seek(tp, resume_at)
+                position = resume_at
                 last_progress = time.monotonic()
-                retries = 0
+                continue
+            n = batch.num_rows
+            if n:
+                keep = _rows_before(batch, end)
+                if keep:
+                    yield to_spark_batch(batch if keep == n else batch.slice(0, keep), schema)
+            now_at = consumer.position(tp)
+            if now_at > position:
+                position = now_at
+                last_progress = time.monotonic()
             elif time.monotonic() - last_progress > idle_limit_s:
+                log_end = consumer.end_offsets([tp])[tp]
                 report_data_loss(opts, f"no records of {topic}-{partition} from offset {position} "
                                        f"within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms} "
                                        f"although the read ends at {end} (the log ends at "
-                                       f"{data.high_watermark})")
+                                       f"{log_end})")
                 return
     finally:
-        reader.close()
+        consumer.close(autocommit=False)
