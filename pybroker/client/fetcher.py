@@ -799,6 +799,9 @@ class Fetcher:
                             self._seek_locked(s, offsets[tp])
             if self.on_data is not None and any(s.error is not None for s in states):
                 self.on_data()
+        except Exception as exc:  # a bug, not a broker answer: retry after a backoff, not at once
+            log.warning("looking up positions failed unexpectedly", exc_info=True)
+            self._resolve_failed(states, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc), retriable=True))
         finally:
             with self.lock:
                 for s in states:
