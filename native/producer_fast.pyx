@@ -9,11 +9,13 @@ failed partition, a partitioner written in Python) does it call the Python ``slo
 calls ``wake`` once per new batch (never per record) so the sender can arm the linger timer or send
 a full batch.
 
-Threads: user threads append while the event-loop thread seals and drains. Every method runs
-under the GIL without calling back into Python while state is half-changed, so each is atomic
-with respect to the others; the one exception is the builder's own append, which may drop the GIL
-while copying large values. ``busy`` counts such appends in progress: the loop-thread methods
-that seal or take the open batch leave it alone while ``busy`` is non-zero.
+Threads: user threads append while the event-loop thread seals and drains. The GIL alone does
+not make a method atomic: the builder's append may drop it while copying large values, and any
+allocation may run the cyclic garbage collector, whose finalizers are Python code that can hand
+the GIL to another thread. So an append marks itself ``busy`` from the moment it picks a
+partition's open batch until that batch's count, size and delivery entries agree again, and the
+loop-thread methods that seal or take the open batch (and forced appends) leave it alone while
+``busy`` is non-zero.
 
 A sealed batch is the tuple ``(builder, entries, created_ms, nbytes, count)``: ``entries`` lists
 ``(offset_delta, timestamp_or_count, target)`` for records that want a delivery report (None if
@@ -374,6 +376,7 @@ cdef class Appender:
         cdef int p, n, tries
         cdef long delta
         cdef bint sticky = False, new_batch = False
+        cdef list entries
         if self.closed:
             return S_CLOSED
         if value is not None and not PyBytes_CheckExact(value) and PyUnicode_Check(value):
@@ -403,7 +406,7 @@ cdef class Appender:
         ts = <TopicSlots>o
         if not ts.ready and not force:
             return S_UNKNOWN_TOPIC
-        if self.busy and not force:
+        if self.busy:  # another thread is half-way through an append (forced ones wait too)
             return S_BUSY
         if not force and self.buffered > 0 and self.buffered + size > self.buffer_memory:
             return S_BUFFER_FULL
@@ -436,42 +439,43 @@ cdef class Appender:
         if slot.error is not None:
             return S_PARTITION_FAILED
         tries = 0
-        while True:
-            b = slot.builder
-            if b is None:
-                b = self.builder_cls(self.batch_size)
-                slot.builder = b
-                slot.entries = None
-                slot.created_ms = _clock_ms(CLOCK_MONOTONIC)
-                slot.nbytes = 0
-                slot.count = 0
-                new_batch = True
-            self.busy += 1
-            try:
+        self.busy += 1  # until the slot's builder, count, size and entries agree again
+        try:
+            while True:
+                b = slot.builder
+                if b is None:
+                    b = self.builder_cls(self.batch_size)
+                    slot.builder = b
+                    slot.entries = None
+                    slot.created_ms = _clock_ms(CLOCK_MONOTONIC)
+                    slot.nbytes = 0
+                    slot.count = 0
+                    new_batch = True
                 delta = b.append(ts_ms, key, value, headers)
-            finally:
-                self.busy -= 1
-            if delta >= 0:
-                break
-            # the open batch is full: seal it and start a new one (sticky: on a new partition)
-            self._seal(slot)
-            new_batch = True
-            tries += 1
-            if sticky and tries == 1:
-                p = self._next_sticky(ts, p)
-                slot = <PartitionSlot>ts.slots[p]
-                if slot.error is not None:
-                    return S_PARTITION_FAILED
-            if tries > 3:
-                raise RuntimeError("an empty batch refused a record")
-        slot.count += 1
-        slot.nbytes += size
-        self.buffered += size
-        self.pending += 1
-        if target is not None:
-            if slot.entries is None:
-                slot.entries = []
-            slot.entries.append((delta, ts_ms, target))
+                if delta >= 0:
+                    break
+                # the open batch is full: seal it and start a new one (sticky: on a new partition)
+                self._seal(slot)
+                new_batch = True
+                tries += 1
+                if sticky and tries == 1:
+                    p = self._next_sticky(ts, p)
+                    slot = <PartitionSlot>ts.slots[p]
+                    if slot.error is not None:
+                        return S_PARTITION_FAILED
+                if tries > 3:
+                    raise RuntimeError("an empty batch refused a record")
+            if target is not None:
+                entries = slot.entries  # a local reference: the slot's field is only read once
+                if entries is None:
+                    entries = slot.entries = []
+                entries.append((delta, ts_ms, target))
+            slot.count += 1
+            slot.nbytes += size
+            self.buffered += size
+            self.pending += 1
+        finally:
+            self.busy -= 1
         if new_batch and not self.wake_pending and self.wake is not None:
             self.wake_pending = True
             self.wake()
@@ -525,6 +529,7 @@ cdef class Appender:
         cdef Py_ssize_t i = start, j, k, before, nb
         cdef int p = partition, st = S_OK
         cdef bint sticky = partition < 0, new_batch = False, fresh
+        cdef list entries
         if self.closed:
             return start, chunk_no, ST_CLOSED
         o = self.topics.get(topic)
@@ -539,27 +544,27 @@ cdef class Appender:
             p = ts.sticky
             if p < 0 or p >= ts.num_partitions or (<PartitionSlot>ts.slots[p]).builder is None:
                 p = self._next_sticky(ts, p)
-        while i < stop:
-            slot = <PartitionSlot>ts.slots[p]
-            if slot.error is not None:
-                st = S_PARTITION_FAILED
-                break
-            if self.buffered > 0 and self.buffered + self.batch_size > self.buffer_memory:
-                st = S_BUFFER_FULL
-                break
-            b = slot.builder
-            fresh = b is None
-            if fresh:
-                b = self.builder_cls(self.batch_size)
-                slot.builder = b
-                slot.entries = None
-                slot.created_ms = _clock_ms(CLOCK_MONOTONIC)
-                slot.nbytes = 0
-                slot.count = 0
-                new_batch = True
-            before = b.size_bytes
-            self.busy += 1
-            try:
+        self.busy += 1  # until the slot's builder, count, size and entries agree again
+        try:
+            while i < stop:
+                slot = <PartitionSlot>ts.slots[p]
+                if slot.error is not None:
+                    st = S_PARTITION_FAILED
+                    break
+                if self.buffered > 0 and self.buffered + self.batch_size > self.buffer_memory:
+                    st = S_BUFFER_FULL
+                    break
+                b = slot.builder
+                fresh = b is None
+                if fresh:
+                    b = self.builder_cls(self.batch_size)
+                    slot.builder = b
+                    slot.entries = None
+                    slot.created_ms = _clock_ms(CLOCK_MONOTONIC)
+                    slot.nbytes = 0
+                    slot.count = 0
+                    new_batch = True
+                before = b.size_bytes
                 if arrow is not None:
                     j = b.append_arrow(arrow[0], arrow[1], arrow[2], arrow[3], arrow[4], arrow[5], arrow[6],
                                        arrow[7], i, stop, timestamp)
@@ -571,26 +576,27 @@ cdef class Appender:
                         j += 1
                 else:
                     j = b.append_many(keys, values if stop == len(values) else values[:stop], timestamp, i)
-            finally:
-                self.busy -= 1
-            if j > i:
-                nb = b.size_bytes - before
-                if slot.entries is None:
-                    slot.entries = []
-                slot.entries.append((slot.count, j - i, (handle, chunk_no)))
-                chunk_no += 1
-                slot.count += j - i
-                slot.nbytes += nb
-                self.buffered += nb
-                self.pending += j - i
-            elif fresh:
-                raise RuntimeError("an empty batch refused a record")
-            if j < stop:  # the batch is full
-                self._seal(slot)
-                new_batch = True
-                if sticky:
-                    p = self._next_sticky(ts, p)
-            i = j
+                if j > i:
+                    nb = b.size_bytes - before
+                    entries = slot.entries  # a local reference: the slot's field is only read once
+                    if entries is None:
+                        entries = slot.entries = []
+                    entries.append((slot.count, j - i, (handle, chunk_no)))
+                    chunk_no += 1
+                    slot.count += j - i
+                    slot.nbytes += nb
+                    self.buffered += nb
+                    self.pending += j - i
+                elif fresh:
+                    raise RuntimeError("an empty batch refused a record")
+                if j < stop:  # the batch is full
+                    self._seal(slot)
+                    new_batch = True
+                    if sticky:
+                        p = self._next_sticky(ts, p)
+                i = j
+        finally:
+            self.busy -= 1
         if new_batch and not self.wake_pending and self.wake is not None:
             self.wake_pending = True
             self.wake()

@@ -430,6 +430,75 @@ def test_idempotent_retries_after_dropped_connections_write_each_record_once(bro
     _check_exactly_once_in_order(broker, topic, count)
 
 
+def test_partition_batches_reach_the_broker_in_sequence_order_after_dropped_connections(broker, monkeypatch):
+    """Drop the connection under many requests with batches in flight and more queued: no batch
+    may go out while an older one of its partition waits for a retry or is in flight on another
+    (lost) connection."""
+    from pybroker.client import producer_sender
+    send = producer_sender.BrokerSender._send
+    for rnd in range(3):
+        topic = new_topic(broker, partitions=2)
+        count = 6000
+        seen = {"sends": 0, "drops": 0, "violations": []}
+        sent_on = {}
+
+        def checked_send(self, conn, batches):
+            for b in batches:
+                st = self.engine.acc.state(b.tp)
+                older = [x.ordinal for x in st.retry if x.ordinal < b.ordinal]
+                elsewhere = [x.ordinal for x in st.inflight if sent_on.get(id(x)) is not conn]
+                if older or elsewhere or conn.closed:
+                    seen["violations"].append((b.tp, b.ordinal, older, elsewhere))
+                sent_on[id(b)] = conn
+            send(self, conn, batches)
+            seen["sends"] += 1
+            if seen["sends"] % 5 == 2 and self.inflight:  # several batches in flight, many more queued
+                seen["drops"] += 1
+                self.engine.loop.create_task(conn.close())
+
+        monkeypatch.setattr(producer_sender.BrokerSender, "_send", checked_send)
+        with Producer(conf(broker, batch_size=1024, linger_ms=0)) as p:
+            futures = [p.send(topic, b"rec-%d" % i, partition=i % 2) for i in range(count)]
+            assert p.flush(DEADLINE) == 0
+        assert seen["drops"] >= 3, rnd
+        assert not seen["violations"], seen["violations"][:5]
+        errors = [f.exception(1) for f in futures if f.exception(1) is not None]
+        assert not errors, (len(errors), errors[0])
+        for part in (0, 1):
+            assert [futures[i].result(1).offset for i in range(part, count, 2)] == list(range(count // 2))
+        got = read_back(broker, topic, count, partitions=(0, 1))
+        assert sorted(int(m.value().split(b"-")[1]) for m in got) == list(range(count))
+
+
+def test_appends_racing_the_sender_keep_every_delivery_report(broker):
+    """Garbage-collector finalizers that switch threads in the middle of an append (as any Python
+    ``__del__`` may) must not let the sender seal the batch being appended to."""
+    import gc
+
+    class Yields:
+        def __init__(self):
+            self.me = self  # a cycle, so only the collector frees it
+
+        def __del__(self):
+            time.sleep(0)  # hands the GIL to the sender thread
+
+    topic = new_topic(broker)
+    old = gc.get_threshold()
+    gc.set_threshold(50, 1, 1)
+    try:
+        with Producer(conf(broker, batch_size=512, linger_ms=0)) as p:
+            futures = []
+            for i in range(4000):
+                if i % 3 == 0:
+                    Yields()
+                futures.append(p.send(topic, b"r-%d" % i))
+            assert p.flush(DEADLINE) == 0
+            assert [f.result(DEADLINE).offset for f in futures] == list(range(4000))
+    finally:
+        gc.set_threshold(*old)
+        gc.collect()
+
+
 def test_idempotent_producer_survives_a_broker_restart(broker_factory):
     port = closed_port()
     b = broker_factory(port=port)

@@ -14,6 +14,12 @@ partition's idempotence state:
   with that batch's offsets instead of writing it twice. While a partition has batches to retry
   nothing new is sent for it and the retries go out one at a time, each after the previous
   answer, so they land in order.
+- A partition's next batch may be pipelined behind its in-flight ones only on the connection
+  those went out on (one TCP connection keeps them in order). Once that connection is lost,
+  nothing more is sent for the partition until every batch in flight on it has failed and
+  been queued for retry: a newer batch sent on a new connection first could be written ahead
+  of an older one the broker never got (or, if it did, push it out of the five batches the
+  broker remembers, so its retry is refused as out of order).
 - ``gap``: a batch failed for good with an error that proves the broker did not write it (a
   rejection in a response), leaving a hole in the sequence. Once nothing is in flight the
   remaining batches are renumbered from ``acked_next`` and rebuilt (Java's
@@ -36,7 +42,7 @@ def now_ms() -> int:
 class ProducerBatch:
     """One record batch on its way to a partition leader."""
     __slots__ = ("topic", "partition", "builder", "entries", "created_ms", "nbytes", "count", "data",
-                 "base_sequence", "ordinal", "attempts", "retry_at", "maybe_written", "done")
+                 "base_sequence", "ordinal", "attempts", "retry_at", "maybe_written", "done", "conn")
 
     def __init__(self, topic: str, partition: int, sealed):
         self.topic = topic
@@ -49,6 +55,7 @@ class ProducerBatch:
         self.retry_at = 0
         self.maybe_written = False  # a send's outcome is unknown (lost connection, timeout)
         self.done = False  # completed (delivered or failed): later outcomes are ignored
+        self.conn = None  # the connection of the request it is in flight on
 
     @property
     def tp(self):
@@ -119,10 +126,10 @@ class RecordAccumulator:
                 ready.append(tp)
         return ready, next_ms
 
-    def drain(self, node_id: int, leader_of, now_ms: int):
-        """Batches for one Produce request to ``node_id``: at most one per partition it leads, at
-        most max.request.size bytes (at least one batch). Returns (batches, next_ms, leaderless)
-        where ``leaderless`` says some ready partition has no known leader."""
+    def drain(self, node_id: int, leader_of, now_ms: int, conn=None):
+        """Batches for one Produce request to ``node_id`` on ``conn``: at most one per partition it
+        leads, at most max.request.size bytes (at least one batch). Returns (batches, next_ms,
+        leaderless) where ``leaderless`` says some ready partition has no known leader."""
         ready, next_ms = self.ready(now_ms)
         if not ready:
             return [], next_ms, False
@@ -140,7 +147,7 @@ class RecordAccumulator:
             if leader != node_id:
                 continue
             st = self.state(tp)
-            b = self._next_batch(tp, st, now_ms, linger)
+            b = self._next_batch(tp, st, now_ms, linger, conn)
             if b is None:
                 continue
             if batches and size + len(b.data) > self.max_request_size:
@@ -148,18 +155,32 @@ class RecordAccumulator:
                 break
             batches.append(b)
             size += len(b.data)
+        if not batches and ready and self.appender.busy and (next_ms < 0 or next_ms > now_ms + 1):
+            next_ms = now_ms + 1  # an append holds the open batch: look again shortly
         return batches, next_ms, leaderless
 
-    def _next_batch(self, tp, st: PartitionState, now_ms: int, linger: int):
+    def has_ready(self, node_id: int, leader_of, now_ms: int):
+        """(whether a partition led by ``node_id`` has something to send, next_ms, leaderless):
+        asked before connecting, so batches are drained only once a connection can take them."""
+        ready, next_ms = self.ready(now_ms)
+        leaders = [leader_of(tp) for tp in ready]
+        return node_id in leaders, next_ms, any(x < 0 for x in leaders)
+
+    def _next_batch(self, tp, st: PartitionState, now_ms: int, linger: int, conn=None):
         if len(st.inflight) >= self.per_partition_in_flight:
             return None
+        if st.inflight and (conn is None or conn.closed or any(x.conn is not conn for x in st.inflight)):
+            return None  # in flight on a lost connection: wait until those are queued for retry
         if st.gap:
             if st.inflight:
                 return None
             self._renumber(st)
         if st.staged is not None:
-            b, st.staged = st.staged, None
-            return b
+            if st.retry and st.retry[0].ordinal < st.staged.ordinal:
+                self._requeue_staged(st)  # an older batch failed meanwhile: it goes first
+            else:
+                b, st.staged = st.staged, None
+                return b
         if st.retry:
             if st.inflight or st.retry[0].retry_at > now_ms:
                 return None
@@ -179,6 +200,12 @@ class RecordAccumulator:
             b.builder = None  # never rebuilt without sequence numbers
         return b
 
+    def _requeue_staged(self, st: PartitionState) -> None:
+        b, st.staged = st.staged, None
+        b.retry_at = 0
+        st.retry.append(b)
+        st.retry.sort(key=lambda x: x.ordinal)
+
     def _renumber(self, st: PartitionState) -> None:
         waiting = sorted(st.retry + ([st.staged] if st.staged is not None else []), key=lambda b: b.ordinal)
         seq = st.acked_next
@@ -192,13 +219,15 @@ class RecordAccumulator:
 
     # ---- outcomes -------------------------------------------------------------------------
 
-    def sent(self, b: ProducerBatch) -> None:
+    def sent(self, b: ProducerBatch, conn=None) -> None:
         b.attempts += 1
+        b.conn = conn
         self.state(b.tp).inflight.append(b)
 
     def acked(self, b: ProducerBatch) -> None:
         st = self.state(b.tp)
         _remove(st.inflight, b)
+        b.conn = None
         if self.idempotent:
             st.acked_next = next_sequence(b.base_sequence, b.count)
 
@@ -216,6 +245,7 @@ class RecordAccumulator:
         """Put an in-flight batch back to be resent (unchanged) at ``retry_at``."""
         st = self.state(b.tp)
         _remove(st.inflight, b)
+        b.conn = None
         b.retry_at = retry_at
         b.maybe_written = b.maybe_written or maybe_written
         st.retry.append(b)
@@ -227,6 +257,7 @@ class RecordAccumulator:
         st = self.state(b.tp)
         _remove(st.inflight, b)
         _remove(st.retry, b)
+        b.conn = None
         if st.staged is b:
             st.staged = None
         if not self.idempotent or b.base_sequence < 0:

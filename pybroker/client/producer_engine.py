@@ -23,6 +23,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 REAPER_MAX_S = 1.0
+BUSY_SLEEP_S = 0.0002
 
 
 def fast_module():
@@ -328,6 +329,11 @@ class ProducerEngine:
             partition = partitioners.python_partition(self.partitioner, key, self.appender.topic(topic).num_partitions)
         try:
             st = self.appender.try_append(topic, h.value, key, partition, h.timestamp, h.headers, h.target, True)
+            deadline = time.monotonic() + self.max_block_ms / 1000
+            while st == self.fast.ST_BUSY and time.monotonic() < deadline:  # a user thread is mid-append
+                time.sleep(BUSY_SLEEP_S)  # lets it finish (it needs nothing this thread holds)
+                st = self.appender.try_append(topic, h.value, key, partition, h.timestamp, h.headers, h.target,
+                                              True)
         except Exception as exc:
             st = -1
             err = KafkaError(ErrorCode.INVALID_RECORD, f"record for {topic!r} could not be appended: {exc}",

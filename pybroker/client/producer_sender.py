@@ -61,24 +61,32 @@ class BrokerSender:
             wait_ms = -1
             if self.inflight < eng.max_in_flight:
                 now = now_ms()
-                batches, next_ms, leaderless = eng.acc.drain(self.node_id, eng.cluster.leader_for, now)
-                if leaderless:
-                    eng.request_metadata()
-                if batches:
-                    conn = self.conn
-                    if conn is None or conn.closed:
+                conn = self.conn
+                if conn is None or conn.closed:
+                    # connect before draining: a drained batch must go straight onto the wire (and
+                    # into the in-flight list), never wait in a local variable through an await
+                    wanted, next_ms, leaderless = eng.acc.has_ready(self.node_id, eng.cluster.leader_for, now)
+                    if leaderless:
+                        eng.request_metadata()
+                    if wanted:
                         try:
-                            conn = self.conn = await eng.cluster.connection(self.node_id)
+                            self.conn = await eng.cluster.connection(self.node_id)
                             connect_failures = 0
                         except KafkaError as exc:
                             connect_failures += 1
+                            batches, _, _ = eng.acc.drain(self.node_id, eng.cluster.leader_for, now_ms())
                             self._fail_all(batches, exc, False, attempted=True)
                             eng.request_metadata()
                             await asyncio.sleep(backoff_s(connect_failures, eng.cfg["reconnect.backoff.ms"],
                                                           eng.cfg["reconnect.backoff.max.ms"]))
-                            continue
-                    self._send(conn, batches)
-                    continue
+                        continue
+                else:
+                    batches, next_ms, leaderless = eng.acc.drain(self.node_id, eng.cluster.leader_for, now, conn)
+                    if leaderless:
+                        eng.request_metadata()
+                    if batches:
+                        self._send(conn, batches)
+                        continue
                 wait_ms = -1 if next_ms < 0 else max(0, next_ms - now)
             timer = loop.call_later(wait_ms / 1000, self.event.set) if wait_ms >= 0 else None
             await self.event.wait()
@@ -102,7 +110,7 @@ class BrokerSender:
         size = 0
         for b in batches:
             topics.setdefault(b.topic, []).append(api.PartitionProduceData(index=b.partition, records=b.data))
-            eng.acc.sent(b)
+            eng.acc.sent(b, conn)
             size += len(b.data)
         req = api(transactional_id=None, acks=eng.acks, timeout_ms=eng.cfg["request.timeout.ms"],
                   topic_data=[api.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()])

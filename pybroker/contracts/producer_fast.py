@@ -73,7 +73,7 @@ class AppenderLike(Protocol):
     wake: Callable | None   # wake(): a batch was created or sealed (once until wake_pending is cleared)
     wake_pending: bool
     closed: bool
-    busy: int               # appends in progress with the GIL released
+    busy: int               # appends half-way through changing an open batch (another thread may run meanwhile)
     lock: Any
 
     def produce(self, topic, value=None, key=None, partition=-1, timestamp=None, headers=None,
@@ -83,8 +83,8 @@ class AppenderLike(Protocol):
     def try_append(self, topic, value=None, key=None, partition=-1, timestamp=None, headers=None,
                    target=None, force: bool = False) -> int:
         """Append one record; a status code (ST_OK = done). ``force`` skips the buffer-full and
-        topic-ready checks (replaying held records). str key/value are UTF-8 encoded; a value
-        that is not bytes-like raises TypeError."""
+        topic-ready checks (replaying held records), not ST_BUSY. str key/value are UTF-8 encoded;
+        a value that is not bytes-like raises TypeError."""
 
     def append_bulk(self, topic, partition: int, keys, values, headers, timestamp: int, start: int,
                     stop: int, handle, chunk_no: int, arrow: Sequence | None = None) -> tuple[int, int, int]:
