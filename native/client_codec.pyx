@@ -9,6 +9,7 @@ CorruptRecordError, never reads outside the input. Long loops run without the GI
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from cpython.list cimport PyList_Append
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -122,6 +123,14 @@ def murmur2(data):
     h = _murmur2(<const uint8_t *>view.buf, view.len)
     PyBuffer_Release(&view)
     return h
+
+
+def frame_buffer(Py_ssize_t size):
+    """A bytearray of ``size`` bytes left uninitialised: a network read fills it at once, so
+    zero-filling first (as ``bytearray(size)`` does) would only cost time."""
+    if size < 0:
+        raise ValueError("size must not be negative")
+    return PyByteArray_FromStringAndSize(NULL, size)
 
 
 def partition_for_key(key, int64_t num_partitions):

@@ -588,3 +588,13 @@ def test_fuzz_random_records_section(section, count, extra):
     struct.pack_into(">I", batch, 17, core.crc.crc32c(memoryview(batch)[21:]))
     res = corrupt_outcomes(bytes(batch) + bytes(extra))
     assert res[0] in ("ok", "corrupt")
+
+
+@impls
+def test_frame_buffer_is_a_writable_bytearray_of_the_size_asked(m):
+    for size in (0, 1, 4096, 3 << 20):
+        buf = m.frame_buffer(size)
+        assert type(buf) is bytearray and len(buf) == size
+        buf[-1:] = b"x" if size else b""
+    with pytest.raises(ValueError):
+        m.frame_buffer(-1)

@@ -95,6 +95,13 @@ def murmur2(data) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def frame_buffer(size: int) -> bytearray:
+    """A bytearray of ``size`` bytes for a network read to fill (the native one skips zero-filling)."""
+    if size < 0:
+        raise ValueError("size must not be negative")
+    return bytearray(size)
+
+
 def partition_for_key(key, num_partitions: int) -> int:
     """Kafka's default partition for a non-null key: positive murmur2 modulo the partition count."""
     if num_partitions <= 0:

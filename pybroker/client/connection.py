@@ -14,6 +14,7 @@ import asyncio
 import socket
 import struct
 
+from pybroker import core
 from pybroker.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from pybroker.protocol import DecodeError, REQUESTS, decode_response, encode_request
 from pybroker.protocol.errors import ErrorCode
@@ -96,7 +97,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     return
                 continue
             if 4 + size > len(buf):  # will not fit the receive buffer: give it its own
-                frame = bytearray(size)
+                frame = core.client_codec.frame_buffer(size)  # filled by the reads that follow
                 have = end - start - 4
                 frame[:have] = self.view[start + 4:end]
                 self.big = (frame, memoryview(frame))

@@ -72,6 +72,9 @@ class ClientCodecModule(Protocol):
     def murmur2(self, data) -> int:
         """Java ``Utils.murmur2`` (seed 0x9747b28c) as a signed 32-bit int."""
 
+    def frame_buffer(self, size: int) -> bytearray:
+        """A bytearray of ``size`` bytes for a read to fill; contents unspecified (ValueError if size < 0)."""
+
     def partition_for_key(self, key, num_partitions: int) -> int:
         """``(murmur2(key) & 0x7fffffff) % num_partitions``; ValueError when num_partitions <= 0."""
 
