@@ -79,30 +79,12 @@ _RECORD_ERRORS = {
 
 # ---------------------------------------------------------------- murmur2
 
+cdef extern from "murmur2.h" nogil:
+    uint32_t pb_murmur2(const uint8_t *p, size_t n)
+
+
 cdef inline int32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    cdef uint32_t m = 0x5BD1E995
-    cdef uint32_t h = 0x9747B28Cu ^ <uint32_t>n
-    cdef uint32_t k
-    cdef Py_ssize_t i, words = n >> 2
-    for i in range(words):
-        k = (<uint32_t>p[4 * i] | <uint32_t>p[4 * i + 1] << 8 | <uint32_t>p[4 * i + 2] << 16 |
-             <uint32_t>p[4 * i + 3] << 24)
-        k *= m
-        k ^= k >> 24
-        k *= m
-        h = (h * m) ^ k
-    cdef Py_ssize_t tail = n & 3, base = words * 4
-    if tail:
-        if tail == 3:
-            h ^= <uint32_t>p[base + 2] << 16
-        if tail >= 2:
-            h ^= <uint32_t>p[base + 1] << 8
-        h ^= p[base]
-        h *= m
-    h ^= h >> 13
-    h *= m
-    h ^= h >> 15
-    return <int32_t>h
+    return <int32_t>pb_murmur2(p, <size_t>n)
 
 
 cdef int _acquire(object data, Py_buffer *view) except -1:

@@ -87,34 +87,12 @@ def wall_ms():
     return _clock_ms(CLOCK_REALTIME)
 
 
+cdef extern from "murmur2.h" nogil:
+    uint32_t pb_murmur2(const uint8_t *p, size_t n)
+
+
 cdef inline uint32_t _murmur2(const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    # Java Utils.murmur2, seed 0x9747b28c; Java reads the 4-byte words little-endian
-    cdef uint32_t m = 0x5BD1E995
-    cdef uint32_t h = 0x9747B28Cu ^ <uint32_t>n
-    cdef uint32_t k
-    cdef Py_ssize_t i, words = n >> 2, base
-    for i in range(words):
-        base = i * 4
-        k = (<uint32_t>p[base] | (<uint32_t>p[base + 1] << 8) | (<uint32_t>p[base + 2] << 16)
-             | (<uint32_t>p[base + 3] << 24))
-        k *= m
-        k ^= k >> 24
-        k *= m
-        h *= m
-        h ^= k
-    base = words * 4
-    i = n & 3
-    if i == 3:
-        h ^= (<uint32_t>p[base + 2]) << 16
-    if i >= 2:
-        h ^= (<uint32_t>p[base + 1]) << 8
-    if i >= 1:
-        h ^= p[base]
-        h *= m
-    h ^= h >> 13
-    h *= m
-    h ^= h >> 15
-    return h
+    return pb_murmur2(p, <size_t>n)
 
 
 cdef int _key_partition(object key, int n) except -1:

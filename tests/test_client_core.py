@@ -444,6 +444,9 @@ def test_config_parsing():
     assert "check.crcs" in bad({"bootstrap.servers": "a:1", "check.crcs": "yes"}, {"check.crcs": (bool, True)})
     assert "not one of" in bad({"bootstrap.servers": "a:1", "security.protocol": "SSL"})
     assert "None" in bad({"bootstrap.servers": "a:1", "client.id": None})
+    for unsupported in ("client.dns.lookup", "socket.connection.setup.timeout.max.ms"):
+        message = bad({"bootstrap.servers": "a:1", unsupported: "1"})
+        assert unsupported in message and "not supported" in message
     with pytest.raises(ConfigError):
         client_config.parse("bootstrap.servers=a:1", "admin")
 

@@ -7,6 +7,7 @@ import collections
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -24,7 +25,9 @@ from pybroker.client.errors import BufferFullError, ConfigError, KafkaError, Unk
 from pybroker.client.producer import AsyncProducer, Producer, parse_config
 from pybroker.client.types import RecordMetadata
 from pybroker.protocol.errors import ErrorCode
+from pybroker.tools.wire import split_batches
 from tests.clientutil import finish_broker, start_broker
+from tests.kafka_wire import WireClient
 
 DEADLINE = 30
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +90,16 @@ def read_back_kafka_python(b, topic, count, partitions=(0,)):
     finally:
         c.close()
     return got
+
+
+def stored_batches(b, topic, partition=0) -> list:
+    """(base offset, record count) of each record batch the broker holds for a partition."""
+    with WireClient(b.port) as w:
+        part = w.fetch(topic, partition, 0)
+    assert part.error_code == 0, part
+    # v2 batch header: baseOffset at byte 0, recordsCount at byte 57
+    return [(struct.unpack_from(">q", batch, 0)[0], struct.unpack_from(">i", batch, 57)[0])
+            for batch in split_batches(part.records)]
 
 
 def java_partition(key: bytes, n: int) -> int:
@@ -184,6 +197,26 @@ def test_compressed_batches_read_by_confluent_and_kafka_python(broker, codec):
     assert [m.headers() for m in got] == [[("i", str(i).encode())] for i in range(400)]
     got = read_back_kafka_python(broker, topic, 400)
     assert [(r.key, r.value) for r in got] == sent
+
+
+def test_linger_gathers_quick_records_into_one_batch_and_flush_sends_it_at_once(broker):
+    topic = new_topic(broker)
+    # records sent back to back within linger.ms go out together when the linger ends (no flush)
+    with Producer(conf(broker, linger_ms=2000)) as p:
+        futures = [p.send(topic, b"quick-%d" % i) for i in range(20)]
+        assert [f.result(DEADLINE).offset for f in futures] == list(range(20))
+        assert p.metrics()["batches_sent"] == 1 and p.metrics()["records_sent"] == 20
+    assert stored_batches(broker, topic) == [(0, 20)]
+    # a linger longer than any wait below: only flush can send this batch
+    with Producer(conf(broker, linger_ms=DEADLINE * 2000)) as p:
+        futures = [p.send(topic, b"held-%d" % i) for i in range(10)]
+        assert p.metrics()["batches_sent"] == 0 and not any(f.done() for f in futures)
+        assert p.flush(DEADLINE) == 0
+        assert p.metrics()["batches_sent"] == 1
+        assert [f.result(0).offset for f in futures] == list(range(20, 30))
+    assert stored_batches(broker, topic) == [(0, 20), (20, 10)]
+    assert [m.value() for m in read_back(broker, topic, 30)] == \
+        [b"quick-%d" % i for i in range(20)] + [b"held-%d" % i for i in range(10)]
 
 
 # ---- partitioning -------------------------------------------------------------------------------

@@ -23,13 +23,18 @@ COMMON = {
     "retry.backoff.max.ms": (int, 1000, 0),
     "metadata.max.age.ms": (int, 300000, 0),
     "socket.connection.setup.timeout.ms": (int, 10000, 1),
-    "socket.connection.setup.timeout.max.ms": (int, 30000, 1),
     "reconnect.backoff.ms": (int, 50, 0),
     "reconnect.backoff.max.ms": (int, 1000, 0),
     "connections.max.idle.ms": (int, 540000, -1),
     "security.protocol": (str, "PLAINTEXT", ("PLAINTEXT",)),
-    "client.dns.lookup": (str, "use_all_dns_ips", ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
     "receive.message.max.bytes": (int, 1 << 30, 1024),  # largest response frame accepted
+}
+
+# Kafka properties these clients recognise but do not implement: setting one is an error that says why.
+UNSUPPORTED = {
+    "socket.connection.setup.timeout.max.ms":
+        "connection setup always uses socket.connection.setup.timeout.ms (no exponential growth)",
+    "client.dns.lookup": "each address in bootstrap.servers is connected to as given",
 }
 
 ROLES = ("producer", "consumer", "admin")
@@ -167,6 +172,8 @@ def parse(props: dict | None, role: str, extra_keys: dict | None = None) -> Conf
     for name, value in props.items():
         spec = table.get(name) if isinstance(name, str) else None
         if spec is None:
+            if name in UNSUPPORTED:
+                raise ConfigError(f"{name} is not supported: {UNSUPPORTED[name]}")
             raise ConfigError(f"unknown {role} configuration property {name!r}")
         kind, allowed = spec[0], spec[2] if len(spec) > 2 else None
         if value is None:
