@@ -34,7 +34,47 @@ for path in (ROOT, SPARK_SOURCE):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from tests.broker import BrokerProcess  # noqa: E402
+
+class Broker:
+    """A ``pybroker serve`` subprocess on 127.0.0.1 with a free port, stopped by its PID."""
+
+    def __init__(self, data_dir: str):
+        self.data_dir = data_dir
+        self.proc = None
+        self.bootstrap = None
+
+    def start(self, timeout_s: float = 60.0) -> "Broker":
+        import selectors
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pybroker", "serve", "--override", f"log.dirs={self.data_dir}",
+             "--override", "listeners=PLAINTEXT://127.0.0.1:0"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        with selectors.DefaultSelector() as sel:  # bounded wait for the one ready line
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        if "listening on" not in line:
+            self.stop()
+            raise SystemExit(f"the broker did not start: {line.strip() or 'no ready line'}")
+        self.bootstrap = line.strip().rsplit("://", 1)[1]
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        import signal
+        import subprocess
+
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout_s)
+        finally:
+            self.proc.stdout.close()
 
 TOPIC = "bench-spark"
 CHUNK = 250_000  # records per produce_batch call
@@ -149,7 +189,7 @@ def main() -> None:
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="bench-spark-")
-    broker = BrokerProcess(os.path.join(work, "data"))
+    broker = Broker(os.path.join(work, "data"))
     try:
         broker.start()
         bootstrap = broker.bootstrap
@@ -217,7 +257,6 @@ def main() -> None:
         spark.stop()
     finally:
         broker.stop()
-        broker.close()
         shutil.rmtree(work, ignore_errors=True)
 
     n = args.records

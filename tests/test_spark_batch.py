@@ -177,6 +177,24 @@ def test_fail_on_data_loss(spark, spark_broker):
     assert load(spark, spark_broker.bootstrap, subscribe=topic).count() == 10
 
 
+def test_no_progress_is_a_timeout_not_data_loss(spark_broker):
+    """A read that gets nothing for kafkaConsumer.pollTimeoutMs while its records are still due
+    fails with a timeout, even with failOnDataLoss=false (the range is never cut short)."""
+    from pyspark_pybroker.fetch import FetchTimeoutError, read_range
+    from pyspark_pybroker.options import parse_read_options
+
+    bs = spark_broker.bootstrap
+    topic = create_topic(bs, unique_topic("slow"), 1)
+    produce_values(bs, topic, 0, 5)
+    opts = parse_read_options(read_opts(bs, subscribe=topic, failOnDataLoss="false",
+                                        **{"kafkaConsumer.pollTimeoutMs": 700}), streaming=False)
+    rows = []
+    with pytest.raises(FetchTimeoutError, match="kafkaConsumer.pollTimeoutMs"):
+        for batch in read_range(opts, topic, 0, 0, 8):  # offsets 5..7 are not there (yet)
+            rows.extend(batch.column("offset").to_pylist())
+    assert rows == [0, 1, 2, 3, 4]
+
+
 def test_stops_inside_a_producer_batch(spark, spark_broker):
     topic = create_topic(spark_broker.bootstrap, unique_topic("mid"), 1)
     produce_values(spark_broker.bootstrap, topic, 0, 500)  # lingered into a few large batches

@@ -128,6 +128,33 @@ def test_write_options():
         parse_write_options({"topic": "t"})
 
 
+def test_java_client_keys_accepted_or_refused():
+    java_read = {"kafka.max.poll.records": "500", "kafka.session.timeout.ms": "30000",
+                 "kafka.heartbeat.interval.ms": "3000", "kafka.max.poll.interval.ms": "300000",
+                 "kafka.request.timeout.ms": "40000", "kafka.receive.buffer.bytes": "65536",
+                 "kafka.security.protocol": "PLAINTEXT", "kafka.metric.reporters": ""}
+    o = parse_read_options(opts(**java_read), streaming=False)
+    assert o.client_config() == {"bootstrap.servers": "127.0.0.1:9092", "request.timeout.ms": "40000",
+                                 "security.protocol": "PLAINTEXT"}
+    from pyspark_pybroker.fetch import read_config
+    assert read_config(o)["request.timeout.ms"] == 40000  # the consumer's table accepts the rest
+    w = parse_write_options({"kafka.bootstrap.servers": "h:1", "kafka.compression.zstd.level": "3",
+                             "kafka.send.buffer.bytes": "131072", "kafka.acks": "1"})
+    assert w.client_config() == {"bootstrap.servers": "h:1", "acks": "1"}
+    for bad, fragment in [({"kafka.no.such.setting": "1"}, "no.such.setting"),
+                          ({"kafka.security.protocol": "SASL_SSL"}, "PLAINTEXT"),
+                          ({"kafka.sasl.mechanism": "PLAIN"}, "PLAINTEXT"),
+                          ({"kafka.ssl.truststore.location": "/x"}, "PLAINTEXT")]:
+        with pytest.raises(ValueError, match=fragment):
+            read_config(parse_read_options(opts(**bad), streaming=False))
+    with pytest.raises(OptionError, match="transactions"):
+        parse_write_options({"kafka.bootstrap.servers": "h:1", "kafka.transactional.id": "x"})
+    with pytest.raises(OptionError, match="'max.poll.records'"):  # a consumer key, not a producer's
+        from pyspark_pybroker.sink import write_config
+        write_config(parse_write_options({"kafka.bootstrap.servers": "h:1",
+                                          "kafka.max.poll.records": "5"}))
+
+
 # --- offset arithmetic --------------------------------------------------------------------
 def R(p, start, end, topic="t"):
     return OffsetRange(topic, p, start, end)
@@ -158,15 +185,21 @@ def test_max_records_per_partition_then_min_partitions():
 
 
 def test_rate_limit_proportional():
-    start = {("t", 0): 0, ("t", 1): 100}
-    end = {("t", 0): 100, ("t", 1): 400, ("t", 2): 50}  # t-2 is new: from 0
-    got = rate_limit(90, start, end)
-    assert got == {("t", 0): 20, ("t", 1): 160, ("t", 2): 10}
-    assert backlog(start, got) == 90
+    # t-2 is new: its start is where its log starts (looked up by the reader), here 30
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 30}
+    end = {("t", 0): 100, ("t", 1): 400, ("t", 2): 50}
+    got = rate_limit(84, start, end)
+    assert got == {("t", 0): 20, ("t", 1): 160, ("t", 2): 34}
+    assert backlog(start, got) == 84
     # a tiny share still admits one record
     got = rate_limit(10, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1})
     assert got[("t", 1)] == 1 and got[("t", 0)] == 9
     assert rate_limit(10, end, end) == end
+    # a partition without a start is not silently counted from 0
+    with pytest.raises(ValueError, match="t-2"):
+        rate_limit(10, {("t", 0): 0}, {("t", 0): 5, ("t", 2): 50})
+    with pytest.raises(ValueError, match="t-2"):
+        backlog({("t", 0): 0}, {("t", 0): 5, ("t", 2): 50})
 
 
 def test_offsets_json_is_canonical():
@@ -191,6 +224,26 @@ def test_explicit_registration(spark):
 
     spark.dataSource.register(PybrokerDataSource)
     assert spark.read.format("pybroker").options(**BASE).load().columns[0] == "key"
+
+
+def test_user_schema_refused_unless_it_is_the_source_schema(spark, spark_broker):
+    from pyspark_pybroker.schema import spark_schema
+
+    base = read_opts(spark_broker.bootstrap, subscribe=unique_topic("none"))
+    with pytest.raises(Exception, match="fixed schema"):
+        spark.read.format("pybroker").schema("value string").options(**base).load().collect()
+    with pytest.raises(Exception, match="fixed schema"):
+        sdf = spark.readStream.format("pybroker").schema("key binary, value string") \
+            .options(**base).load()
+        query = sdf.writeStream.format("noop").start()
+        try:
+            query.awaitTermination(DEADLINE)
+            if query.exception() is not None:
+                raise query.exception()
+        finally:
+            query.stop()
+    same = spark.read.format("pybroker").schema(spark_schema()).options(**base).load()
+    assert same.collect() == []
 
 
 def test_bad_option_fails_at_load(spark):
@@ -218,9 +271,6 @@ def test_write_mode_and_columns_checked(spark):
         df.write.format("pybroker").options(**sink).save()
     with pytest.raises(Exception, match="'value' column"):
         df.selectExpr("key").write.format("pybroker").options(**sink).mode("append").save()
-    with pytest.raises(Exception, match="column 'extra'"):
-        df.selectExpr("key", "value", "1 AS extra").write.format("pybroker").options(**sink) \
-            .mode("append").save()
     with pytest.raises(Exception, match="no topic"):
         df.write.format("pybroker").options(**{"kafka.bootstrap.servers": "127.0.0.1:9"}) \
             .mode("append").save()

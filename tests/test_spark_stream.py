@@ -191,3 +191,58 @@ def test_topic_created_after_the_query_started(spark, spark_broker, tmp_path):
     produce_values(bs, topic, 1, 6)
     run_available_now(df, out, ckpt)  # partitions that appear are read from their beginning
     assert written(spark, out) == expected_rows({1: (0, 6)})
+
+
+def test_new_partition_starts_where_its_log_starts(spark_broker):
+    """A partition that appears while the query runs is read (and rate-limited) from its log
+    start, looked up on the driver; records removed before it was seen are reported as lost."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pyspark_pybroker.metadata import DataLossError
+    from pyspark_pybroker.options import parse_read_options
+    from pyspark_pybroker.stream import StreamReader
+
+    bs = spark_broker.bootstrap
+    topic = create_topic(bs, unique_topic("newpart"), 1)
+    produce_values(bs, topic, 0, 10)
+
+    def reader(**extra):
+        return StreamReader(parse_read_options(
+            read_opts(bs, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=10,
+                      **extra), streaming=True))
+
+    strict, lenient = reader(), reader(failOnDataLoss="false")
+    try:
+        start = strict.initialOffset()
+        assert start == {topic: {"0": 0}}
+        add_partitions(bs, topic, 2)
+        produce_values(bs, topic, 1, 40)
+        delete_records(bs, topic, 1, 30)  # partition 1 now starts at 30
+        end = strict.latestOffset(start, ReadMaxRows(10))
+        # backlogs 10 (0..9) and 10 (30..39): five each, partition 1 counted from 30, not 0
+        assert end == {topic: {"0": 5, "1": 35}}
+        with pytest.raises(DataLossError, match="starts at offset 30"):
+            strict.partitions(start, end)
+        parts = lenient.partitions(start, end)
+        assert sorted((p.partition, p.start, p.end) for p in parts) == [(0, 0, 5), (1, 30, 35)]
+    finally:
+        strict.stop()
+        lenient.stop()
+
+
+def test_available_now_from_a_timestamp(spark, spark_broker, tmp_path):
+    bs = spark_broker.bootstrap
+    topic = create_topic(bs, unique_topic("fromts"), 2)
+    base = 1_700_000_000_000
+    for p in range(2):
+        produce_values(bs, topic, p, 12, base_ts=base)  # record i has timestamp base + i
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    df = stream(spark, bs, subscribe=topic, startingTimestamp=base + 7, maxOffsetsPerTrigger=6)
+    run_available_now(df, out, ckpt)
+    assert written(spark, out) == expected_rows({0: (7, 5), 1: (7, 5)})
+    out2, ckpt2 = str(tmp_path / "out2"), str(tmp_path / "ckpt2")
+    by_partition = f'{{"{topic}": {{"0": {base + 10}, "1": {base}}}}}'
+    df = stream(spark, bs, subscribe=topic, startingOffsetsByTimestamp=by_partition)
+    produce_values(bs, topic, 0, 2, start=12, base_ts=base)  # later, while the query is down
+    run_available_now(df, out2, ckpt2)
+    assert written(spark, out2) == expected_rows({0: (10, 4), 1: (0, 12)})

@@ -85,6 +85,34 @@ def _after_out_of_range(opts, consumer, tp, position: int, end: int):
     return position
 
 
+class FetchTimeoutError(TimeoutError):
+    """A read made no progress within kafkaConsumer.pollTimeoutMs (broker slow or unreachable)."""
+
+
+def _no_progress(opts, consumer, tp, position: int, end: int) -> int:
+    """After ``kafkaConsumer.pollTimeoutMs`` without progress: report data loss when the log no
+    longer holds the position and return the log start to go on from, else raise a timeout
+    whatever failOnDataLoss says (the records may still be there)."""
+    topic, partition = tp
+    try:
+        log_start = consumer.beginning_offsets([tp])[tp]
+    except Exception as exc:  # noqa: BLE001 - the broker is unreachable: a timeout, not loss
+        log_start = None
+        cause = f" (looking up the log start failed too: {exc})"
+    else:
+        cause = ""
+    if log_start is not None and log_start > position:
+        report_data_loss(opts, f"offsets {position} to {min(log_start, end) - 1} of "
+                               f"{topic}-{partition} are no longer in the log (it now "
+                               f"starts at {log_start})")
+        return log_start
+    raise FetchTimeoutError(
+        f"no records of {topic}-{partition} from offset {position} within "
+        f"kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms} ms although the read ends at "
+        f"{end}{cause}; the broker may be slow or unreachable (raise the option "
+        f"'kafkaConsumer.pollTimeoutMs' to wait longer)")
+
+
 def read_range(opts: ReadOptions, topic: str, partition: int, start: int, end: int):
     """Yield Arrow record batches of the source schema for offsets [start, end)."""
     if start >= end:
@@ -129,11 +157,8 @@ def read_range(opts: ReadOptions, topic: str, partition: int, start: int, end: i
                 position = now_at
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > idle_limit_s:
-                log_end = consumer.end_offsets([tp])[tp]
-                report_data_loss(opts, f"no records of {topic}-{partition} from offset {position} "
-                                       f"within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms} "
-                                       f"although the read ends at {end} (the log ends at "
-                                       f"{log_end})")
-                return
+                position = _no_progress(opts, consumer, tp, position, end)
+                consumer.seek(tp, position)
+                last_progress = time.monotonic()
     finally:
         consumer.close(autocommit=False)

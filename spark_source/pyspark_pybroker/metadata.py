@@ -1,7 +1,9 @@
 """Driver-side lookups: which topic-partitions a query reads and where their logs start and end.
 
-One ``ListOffsets`` lookup per kind of position (earliest, latest, a timestamp) covers every
-partition at once; the admin client sends it to each partition leader.
+Planning costs one Metadata request and then one concurrent round of ``ListOffsets`` requests:
+one per kind of position (earliest, latest, a timestamp) and partition leader, all in flight at
+once, sent to the leaders the Metadata response named. Partitions whose lookup fails (a leader
+moved, say) are looked up again through the admin client, which refreshes metadata and retries.
 """
 import asyncio
 import logging
@@ -11,6 +13,10 @@ import time
 from pyspark_pybroker.options import EARLIEST, LATEST, OptionError, ReadOptions, mismatch_error
 
 log = logging.getLogger("pyspark_pybroker")
+
+
+LIST_OFFSETS_API = 2
+LIST_OFFSETS_VERSIONS = (1, 10)  # v1+: one offset per partition (no offset lists)
 
 
 class DataLossError(RuntimeError):
@@ -52,6 +58,7 @@ class OffsetLookup:
             raise OptionError(f"bad kafka.* option: {exc}") from None
         self._loop = LoopThread.shared()
         self._timeout = self._admin.config.seconds("default.api.timeout.ms") + 5.0
+        self._op_timeout_ms = int(self._admin.config["request.timeout.ms"])
 
     def close(self) -> None:
         admin, self._admin = self._admin, None
@@ -98,16 +105,70 @@ class OffsetLookup:
         ``{(topic, partition): offset}`` (-1 for a timestamp no record reaches)."""
         from pybroker.client import TopicPartition
 
-        async def one(spec):
-            if not spec:
-                return {}
+        async def fallback(spec):
             got = await self._admin.list_offsets(
                 {TopicPartition(t, p): s for (t, p), s in spec.items()}, self._isolation)
             return {(tp.topic, tp.partition): r.offset for tp, r in got.items()}
 
+        async def one(spec):
+            if not spec:
+                return {}
+            found, failed = await self._from_known_leaders(spec)
+            if failed:
+                found.update(await fallback({tp: spec[tp] for tp in failed}))
+            return found
+
         async def every():
             return await asyncio.gather(*(one(spec) for spec in specs))
         return list(self._run(every))
+
+    async def _from_known_leaders(self, spec: dict) -> tuple:
+        """``spec`` looked up with one ListOffsets request per leader of the cached metadata (no
+        Metadata request): ({(topic, partition): offset}, [(topic, partition) not found])."""
+        from pybroker.protocol import REQUESTS
+
+        cluster = self._admin.cluster
+        by_leader, failed = {}, []
+        for tp in spec:
+            topic = cluster.topics.get(tp[0])
+            part = topic.partitions.get(tp[1]) if topic is not None else None
+            if part is None or part.leader < 0:
+                failed.append(tp)
+            else:
+                by_leader.setdefault(part.leader, []).append(tp)
+        api = REQUESTS[LIST_OFFSETS_API]
+        isolation = 1 if self._isolation == "read_committed" else 0
+
+        async def ask(node, tps):
+            topics = {}
+            for t, p in tps:
+                topics.setdefault(t, []).append(api.ListOffsetsPartition(
+                    partition_index=p, current_leader_epoch=-1, timestamp=spec[(t, p)]))
+            req = api(replica_id=-1, isolation_level=isolation, timeout_ms=self._op_timeout_ms,
+                      topics=[api.ListOffsetsTopic(name=t, partitions=ps)
+                              for t, ps in topics.items()])
+            return await cluster.call(node, req, *LIST_OFFSETS_VERSIONS, retries=0,
+                                      check=lambda body: 0, refresh_metadata=False)
+
+        nodes = list(by_leader)
+        replies = await asyncio.gather(*(ask(n, by_leader[n]) for n in nodes),
+                                       return_exceptions=True)
+        found = {}
+        for node, reply in zip(nodes, replies):
+            if isinstance(reply, BaseException):
+                if not isinstance(reply, Exception):
+                    raise reply
+                failed.extend(by_leader[node])  # the admin client retries these
+                continue
+            answered = set()
+            for t in reply.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if tp in spec and not p.error_code:
+                        found[tp] = p.offset
+                        answered.add(tp)
+            failed.extend(tp for tp in by_leader[node] if tp not in answered)
+        return found, failed
 
     def earliest(self, tps) -> dict:
         return self.list_offsets({tp: EARLIEST for tp in tps})[0]

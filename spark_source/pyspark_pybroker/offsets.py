@@ -65,13 +65,22 @@ def plan_ranges(ranges, min_partitions: int | None = None,
     return out
 
 
+def _uncovered(start: dict, end: dict) -> None:
+    missing = sorted(tp for tp in end if tp not in start)
+    if missing:
+        raise ValueError("no start offset for " + ", ".join(f"{t}-{p}" for t, p in missing)
+                         + " (look up where a new partition's log starts first)")
+
+
 def rate_limit(limit: int, start: dict, end: dict) -> dict:
     """End offsets that admit about ``limit`` records past ``start``, shared in proportion to
-    each partition's backlog (Spark's maxOffsetsPerTrigger). A partition absent from
-    ``start`` is new and starts at 0. Small backlogs get at least one record each."""
+    each partition's backlog (Spark's maxOffsetsPerTrigger). ``start`` must cover every
+    partition of ``end`` (a new partition: where its log starts). Small backlogs get at least
+    one record each."""
+    _uncovered(start, end)
     sizes = {}
     for tp, until in end.items():
-        size = until - start.get(tp, 0)
+        size = until - start[tp]
         if size > 0:
             sizes[tp] = size
     total = sum(sizes.values())
@@ -84,13 +93,14 @@ def rate_limit(limit: int, start: dict, end: dict) -> dict:
             continue
         share = limit * (sizes[tp] / total)
         share = math.ceil(share) if share < 1 else math.floor(share)
-        out[tp] = min(until, start.get(tp, 0) + share)
+        out[tp] = min(until, start[tp] + share)
     return out
 
 
 def backlog(start: dict, end: dict) -> int:
-    """Offsets between ``start`` and ``end`` over all partitions (new partitions from 0)."""
-    return sum(max(until - start.get(tp, 0), 0) for tp, until in end.items())
+    """Offsets between ``start`` and ``end`` over all partitions (``start`` covers ``end``)."""
+    _uncovered(start, end)
+    return sum(max(until - start[tp], 0) for tp, until in end.items())
 
 
 def to_json_dict(offsets: dict) -> dict:

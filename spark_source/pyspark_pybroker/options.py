@@ -7,10 +7,12 @@ settings with Kafka's property names; they are checked by the client configurati
 """
 import difflib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 
 SOURCE_NAME = "pybroker"
+log = logging.getLogger("pyspark_pybroker")
 
 
 class OptionError(ValueError):
@@ -44,8 +46,35 @@ _REFUSED_CLIENT_KEYS = {
     "key.serializer": "keys are written as given (string or binary column)",
     "value.serializer": "values are written as given (string or binary column)",
 }
-# Group settings the source accepts for compatibility but does not need (no consumer group).
-_IGNORED_CLIENT_KEYS = {"group.id"}
+# Java client settings that have no counterpart here, by side; passing one (as jobs written
+# for Spark's Kafka source do) is accepted, logged at debug level and ignored.
+_IGNORED_COMMON_KEYS = {
+    "group.id",  # no consumer group: offsets live in Spark's checkpoint
+    "send.buffer.bytes", "receive.buffer.bytes",  # the OS socket buffer sizes are used
+    "metrics.sample.window.ms", "metrics.num.samples", "metrics.recording.level",
+    "metric.reporters", "auto.include.jmx.reporter", "enable.metrics.push",
+    "metadata.recovery.strategy", "metadata.recovery.rebootstrap.trigger.ms",
+}
+_IGNORED_CLIENT_KEYS = {
+    # a read task assigns its partition itself: group membership settings do not apply
+    "source": _IGNORED_COMMON_KEYS | {
+        "group.instance.id", "group.protocol", "group.remote.assignor", "max.poll.records",
+        "max.poll.interval.ms", "session.timeout.ms", "heartbeat.interval.ms",
+        "auto.commit.interval.ms", "partition.assignment.strategy", "client.rack",
+        "exclude.internal.topics", "internal.leave.group.on.close", "allow.auto.create.topics",
+    },
+    "sink": _IGNORED_COMMON_KEYS | {
+        "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+        "partitioner.adaptive.partitioning.enable", "partitioner.availability.timeout.ms",
+        "metadata.max.idle.ms", "transaction.timeout.ms",
+    },
+}
+# Settings refused on the write side, and why.
+_REFUSED_SINK_KEYS = {
+    "transactional.id": "transactions are not supported (delivery is at-least-once)",
+    "partitioner.class": "custom partitioners are not supported: set the 'partition' column",
+}
+_SECURITY_PREFIXES = ("ssl.", "sasl.")
 
 _TIME_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
                "d": 86_400_000}
@@ -185,8 +214,9 @@ def _bootstrap(opts: dict) -> str:
     return ",".join(s.strip() for s in value.split(",") if s.strip())
 
 
-def _client_settings(opts: dict) -> dict:
-    """The kafka.* options as Kafka client properties (prefix removed), minus refused ones."""
+def _client_settings(opts: dict, side: str) -> dict:
+    """The kafka.* options as Kafka client properties (prefix removed) for ``side`` ("source"
+    or "sink"), minus ignored ones; refused ones raise OptionError."""
     props = {}
     for key, value in opts.items():
         if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
@@ -194,7 +224,15 @@ def _client_settings(opts: dict) -> dict:
         prop = key[len("kafka."):]
         if prop in _REFUSED_CLIENT_KEYS:
             raise OptionError(f"option '{key}' is not supported: {_REFUSED_CLIENT_KEYS[prop]}")
-        if prop in _IGNORED_CLIENT_KEYS:
+        if side == "sink" and prop in _REFUSED_SINK_KEYS:
+            raise OptionError(f"option '{key}' is not supported: {_REFUSED_SINK_KEYS[prop]}")
+        if (prop.startswith(_SECURITY_PREFIXES) or prop == "security.providers" or
+                (prop == "security.protocol" and (value or "").strip().upper() != "PLAINTEXT")):
+            raise OptionError(f"option '{key}' is not supported: only the PLAINTEXT security "
+                              f"protocol is (no TLS or SASL)")
+        if prop in _IGNORED_CLIENT_KEYS[side]:
+            log.debug("option '%s' does not apply to the %s %s and is ignored", key, SOURCE_NAME,
+                      side)
             continue
         props[prop] = value
     return props
@@ -324,7 +362,7 @@ def parse_read_options(options, streaming: bool | None) -> ReadOptions:
     _check_known(opts, _documented(_SOURCE_OPTIONS), "source", _documented(["topic"]))
     bootstrap = _bootstrap(opts)
     subscription = _subscription(opts)
-    client = _client_settings(opts)
+    client = _client_settings(opts, "source")
 
     starting = _offset_bound(opts, "starting")
     ending = _offset_bound(opts, "ending")
@@ -432,4 +470,4 @@ def parse_write_options(options) -> WriteOptions:
         raise OptionError("option 'topic' is empty")
     _bool(opts, "includeHeaders", False)  # accepted as in Spark; headers come from the column
     return WriteOptions(bootstrap=_bootstrap(opts), topic=topic.strip() if topic else None,
-                        client=_client_settings(opts))
+                        client=_client_settings(opts, "sink"))

@@ -2,7 +2,10 @@
 
 Columns: ``value`` (string or binary, required), ``key`` (string or binary), ``topic`` (string;
 the ``topic`` option, when set, wins), ``partition`` (int; null or absent lets the partitioner
-choose) and ``headers`` (array<struct<key: string, value: binary>>). Each task produces its rows
+choose) and ``headers`` (array<struct<key: string, value: binary>>); other columns are ignored,
+as Spark's Kafka sink ignores them (a DataFrame read from the source can be written back as is).
+Rows are produced in bulk, one ``produce_batch`` call per run of consecutive rows that share
+their headers; rows whose headers change often are produced one by one. Each task produces its rows
 and waits until the brokers acknowledged every one; a failed task is retried by Spark and may
 write its rows again, so delivery is at-least-once.
 """
@@ -37,11 +40,7 @@ def _is_headers_type(dtype) -> bool:
 
 def check_sink_schema(schema: StructType, opts: WriteOptions) -> None:
     """Fail before any task runs when the DataFrame cannot be written."""
-    by_name = {f.name: f.dataType for f in schema.fields}
-    extra = [n for n in by_name if n not in SINK_COLUMNS]
-    if extra:
-        raise OptionError(f"column '{extra[0]}' cannot be written: the pybroker sink takes the "
-                          f"columns {', '.join(SINK_COLUMNS)} (select or rename columns first)")
+    by_name = {f.name: f.dataType for f in schema.fields if f.name in SINK_COLUMNS}
     if "value" not in by_name:
         raise OptionError("the pybroker sink needs a 'value' column (string or binary)")
     for name in ("key", "value"):
@@ -137,17 +136,61 @@ class _Tally:
             self.add(meta.topic, meta.partition, meta.offset, 1)
 
 
-def _produce_with_headers(producer, tally, topic, partition, keys, values, headers) -> None:
-    """Rows that carry headers: one produce call each (headers differ per record)."""
+# Rows with headers go in bulk when runs of equal headers are this long on average; shorter
+# runs cost more as bulk calls than as one produce() per row.
+MIN_HEADER_RUN = 32
+
+
+def _row_headers(row) -> tuple | None:
+    return tuple((h["key"], h["value"]) for h in row) if row else None
+
+
+def _header_runs(column) -> list:
+    """(start, stop, headers or None) for each run of consecutive rows with equal headers."""
+    runs = []
+    for i, row in enumerate(column.to_pylist()):
+        headers = _row_headers(row)
+        if runs and runs[-1][2] == headers:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1, headers])
+    return runs
+
+
+def _produce_each(producer, tally, topic, partition, keys, values, column) -> None:
+    """Rows whose headers differ from row to row: one produce call each."""
     keys = keys.to_pylist() if keys is not None else None
+    headers = column.to_pylist()
     for i, value in enumerate(values.to_pylist()):
-        row_headers = headers[i]
+        row_headers = _row_headers(headers[i])
         producer.produce(topic, value=value, key=None if keys is None else keys[i],
-                         partition=partition,
-                         headers=[(h["key"], h["value"]) for h in row_headers] if row_headers else None,
+                         partition=partition, headers=list(row_headers) if row_headers else None,
                          on_delivery=tally.on_delivery)
         if i % 10_000 == 9_999:
             producer.poll(0)  # run the delivery callbacks so far
+
+
+def _produce_group(producer, tally, futures, topic, partition, group) -> None:
+    """Queue the rows of one destination, in order."""
+    names = group.schema.names
+    values = _binary(group.column(names.index("value")))
+    keys = _binary(group.column(names.index("key"))) if "key" in names else None
+    runs = [[0, group.num_rows, None]]
+    if "headers" in names:
+        column = group.column(names.index("headers"))
+        if column.null_count < len(column):
+            runs = _header_runs(column)
+            if len(runs) > 1 and len(runs) * MIN_HEADER_RUN > group.num_rows:
+                _produce_each(producer, tally, topic, partition, keys, values, column)
+                return
+    whole = len(runs) == 1
+    for start, stop, headers in runs:
+        n = stop - start
+        run_values = values if whole else values.slice(start, n)
+        run_keys = keys if whole or keys is None else keys.slice(start, n)
+        futures.append((topic, producer.produce_batch(
+            topic, run_values, keys=run_keys, partition=partition,
+            headers=list(headers) if headers else None)))
 
 
 def produce_rows(opts: WriteOptions, batches) -> WriteResult:
@@ -164,19 +207,7 @@ def produce_rows(opts: WriteOptions, batches) -> WriteResult:
                 continue
             rows += batch.num_rows
             for topic, partition, group in _groups(batch, opts):
-                names = group.schema.names
-                values = _binary(group.column(names.index("value")))
-                keys = _binary(group.column(names.index("key"))) if "key" in names else None
-                headers = None
-                if "headers" in names:
-                    column = group.column(names.index("headers"))
-                    if column.null_count < len(column):
-                        headers = column.to_pylist()
-                if headers is not None and any(headers):
-                    _produce_with_headers(producer, tally, topic, partition, keys, values, headers)
-                else:
-                    futures.append((topic, producer.produce_batch(topic, values, keys=keys,
-                                                                  partition=partition)))
+                _produce_group(producer, tally, futures, topic, partition, group)
         left = producer.flush(FLUSH_TIMEOUT_S)
         if left:
             raise TimeoutError(f"{left} record(s) were not acknowledged within "

@@ -26,6 +26,7 @@ class PybrokerDataSource(DataSource):
         from pyspark_pybroker.fetch import read_config
 
         opts = parse_read_options(self.options, streaming=False)
+        check_user_schema(schema, opts.include_headers)
         read_config(opts)  # a bad kafka.* setting fails here, before any task
         return BatchReader(opts)
 
@@ -34,6 +35,7 @@ class PybrokerDataSource(DataSource):
         from pyspark_pybroker.stream import StreamReader
 
         opts = parse_read_options(self.options, streaming=True)
+        check_user_schema(schema, opts.include_headers)
         read_config(opts)
         return StreamReader(opts)
 
@@ -52,6 +54,23 @@ class PybrokerDataSource(DataSource):
         check_sink_schema(schema, opts)
         write_config(opts)
         return StreamWriter(opts)
+
+
+def check_user_schema(schema, headers: bool) -> None:
+    """The source's schema is fixed (as Spark's Kafka source's is): a different one given with
+    ``.schema(...)`` is refused before any task runs."""
+    fixed = spark_schema(headers)
+    given = schema
+    if isinstance(given, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        given = _parse_datatype_string(given)
+    if given is None or given.simpleString() == fixed.simpleString():
+        return
+    raise OptionError(f"the {SOURCE_NAME} source has a fixed schema and does not take one from "
+                      f".schema(...): got {given.simpleString()}, the source gives "
+                      f"{fixed.simpleString()} (cast or parse the 'key' and 'value' columns "
+                      f"after loading instead)")
 
 
 def _write_options(options, overwrite: bool):

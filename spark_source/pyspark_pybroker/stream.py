@@ -2,8 +2,9 @@
 
 The driver-side reader lives as long as the query; it looks up the log ends for each trigger and
 applies the admission limits (maxOffsetsPerTrigger, minOffsetsPerTrigger with maxTriggerDelay).
-Planning a batch needs no broker call, so a replayed batch (same start and end offsets) reads
-the same rows. Partitions that appear while the query runs are read from their beginning.
+A batch's ranges follow from its start and end offsets, so a replayed batch reads the same
+rows. Partitions that appear while the query runs are read from where their logs start, looked
+up on the driver (a log that no longer starts at 0 is reported as data loss, per failOnDataLoss).
 """
 import time
 
@@ -66,6 +67,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._log_ends()
 
+    def _with_new_partitions(self, start: dict, tps) -> dict:
+        """``start`` plus, for each of ``tps`` it lacks (a new partition), its log start."""
+        new = [tp for tp in tps if tp not in start]
+        if not new:
+            return dict(start)
+        return {**self._offsets().earliest(new), **start}
+
     def latestOffset(self, start: dict, limit=None) -> dict:
         start_offsets = from_json_dict(start)
         if self._target is not None:
@@ -82,13 +90,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _admit(self, start: dict, latest: dict) -> dict:
         """Apply minOffsetsPerTrigger/maxTriggerDelay (wait for enough records) and then
         maxOffsetsPerTrigger (cap the batch), as Spark's Kafka source does."""
+        waiting_at = start
+        start = self._with_new_partitions(start, latest)  # backlogs count from the log starts
         now_ms = time.time() * 1000.0
         minimum = self.opts.min_offsets_per_trigger
         if minimum is not None and self._target is None:  # AvailableNow never waits for more
             if now_ms - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
                 self._last_trigger_ms = now_ms
             elif backlog(start, latest) < minimum:
-                return start  # no new batch yet
+                return waiting_at  # no new batch yet
             else:
                 self._last_trigger_ms = now_ms
         if self.opts.max_offsets_per_trigger is not None:
@@ -108,9 +118,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if gone:
             report_data_loss(self.opts, "topic-partitions " + ", ".join(f"{t}-{p}" for t, p in gone)
                              + " are gone; records not yet read from them are lost")
+        new = [tp for tp in end_offsets if tp not in start_offsets]
+        log_starts = self._offsets().earliest(new) if new else {}
         ranges = []
         for tp, until in end_offsets.items():
-            since = start_offsets.get(tp, 0)  # a new partition: from its beginning
+            if tp in start_offsets:
+                since = start_offsets[tp]
+            else:  # a new partition: from where its log starts now
+                since = min(log_starts.get(tp, 0), until)
+                if since > 0:
+                    report_data_loss(self.opts, f"the new partition {tp[0]}-{tp[1]} starts at "
+                                                f"offset {since} instead of 0: offsets 0 to "
+                                                f"{since - 1} were removed before they were read")
             if until < since:
                 report_data_loss(self.opts, f"the offset of {tp[0]}-{tp[1]} went back from "
                                             f"{since} to {until} (topic recreated?)")
