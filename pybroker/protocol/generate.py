@@ -821,30 +821,53 @@ def registry_text(registry, data_mods):
            "",
            "REQUESTS/RESPONSES map an API key to its request/response class; API_NAMES to its",
            "name; DATA maps a data struct's name (e.g. ConsumerProtocolAssignment) to its class.",
-           '"""']
-    mods = sorted({m for _, m, _, _, _ in registry} | {m for m, _ in data_mods} | {"headers"})
-    out.append("from . import (")
-    for m in mods:
-        out.append(f"    {m},")
-    out.append(")")
-    out.append("from .headers import RequestHeader, ResponseHeader")
-    out.append("")
-    out.append("REQUESTS = {")
+           "A codec module is imported the first time one of its classes is looked up, so a",
+           "process pays only for the APIs it speaks.",
+           '"""',
+           "import importlib",
+           "from collections.abc import Mapping",
+           "",
+           "from .headers import RequestHeader, ResponseHeader",
+           "",
+           "",
+           "class _LazyClasses(Mapping):",
+           '    """key -> class, importing the class\'s module on first lookup."""',
+           "",
+           "    def __init__(self, where):",
+           "        self._where = where  # key -> (module, class name)",
+           "        self._loaded = {}",
+           "",
+           "    def __getitem__(self, key):",
+           "        try:",
+           "            return self._loaded[key]",
+           "        except KeyError:",
+           "            module, name = self._where[key]",
+           "            cls = self._loaded[key] = getattr(importlib.import_module(f\"{__name__}.{module}\"), name)",
+           "            return cls",
+           "",
+           "    def __iter__(self):",
+           "        return iter(self._where)",
+           "",
+           "    def __len__(self):",
+           "        return len(self._where)",
+           "",
+           ""]
+    out.append("REQUESTS = _LazyClasses({")
     for key, mod, _, req, _ in registry:
-        out.append(f"    {key}: {mod}.{req},")
-    out.append("}")
-    out.append("RESPONSES = {")
+        out.append(f"    {key}: ({mod!r}, {req!r}),")
+    out.append("})")
+    out.append("RESPONSES = _LazyClasses({")
     for key, mod, _, _, resp in registry:
-        out.append(f"    {key}: {mod}.{resp},")
-    out.append("}")
+        out.append(f"    {key}: ({mod!r}, {resp!r}),")
+    out.append("})")
     out.append("API_NAMES = {")
     for key, _, name, _, _ in registry:
         out.append(f"    {key}: {name!r},")
     out.append("}")
-    out.append("DATA = {")
+    out.append("DATA = _LazyClasses({")
     for mod, name in data_mods:
-        out.append(f"    {name!r}: {mod}.{name},")
-    out.append("}")
+        out.append(f"    {name!r}: ({mod!r}, {name!r}),")
+    out.append("})")
     out.append("")
     out.append('__all__ = ["REQUESTS", "RESPONSES", "API_NAMES", "DATA", '
                '"RequestHeader", "ResponseHeader"]')
