@@ -598,3 +598,17 @@ def test_frame_buffer_is_a_writable_bytearray_of_the_size_asked(m):
         buf[-1:] = b"x" if size else b""
     with pytest.raises(ValueError):
         m.frame_buffer(-1)
+
+
+def test_arrow_conversion_does_not_import_pandas():
+    # pandas costs ~0.4 s to import: short-lived readers (Spark tasks) must not pay it
+    import subprocess
+    import sys
+    probe = ("import sys; from pybroker import core; from pybroker.client import arrow; "
+             "from pybroker.records import build_batch; "
+             "c = core.client_codec.decode_columns(build_batch([b'a', b'b']), 0); "
+             "arrow.to_record_batch(c, 't', 3); arrow.empty_batch(); "
+             "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

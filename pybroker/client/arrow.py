@@ -56,7 +56,9 @@ def to_record_batch(columns, topic: str, partition: int) -> pa.RecordBatch:
         _binary(pa.binary(), n, columns.key_validity, columns.key_offsets, columns.key_data),
         _binary(pa.binary(), n, columns.value_validity, columns.value_offsets, columns.value_data),
         _topic_column(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
+        # from_buffers, not pa.array: pa.array checks for pandas input and so imports pandas
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, dtype=np.int32))],
+                              null_count=0),
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(columns.offsets)], null_count=0),
         pa.Array.from_buffers(SCHEMA.field("timestamp").type, n, [None, pa.py_buffer(columns.timestamps)],
                               null_count=0),
