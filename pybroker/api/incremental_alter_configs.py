@@ -55,7 +55,9 @@ def _current_list(ctx, name: str, key: str) -> list:
     return []
 
 
-def handle(ctx, request):
+def alter_each(ctx, request, response_type, changes_of, replace_all: bool) -> list:
+    """Apply every resource's changes (``changes_of(res)`` -> {key: value | None}) and answer each
+    resource on its own; shared by AlterConfigs and IncrementalAlterConfigs."""
     dups = duplicate_resources(request.resources)
     results = []
     for res in request.resources:
@@ -64,38 +66,50 @@ def handle(ctx, request):
             if (res.resource_type, res.resource_name) in dups:
                 raise ConfigChangeError(f"duplicate resource {res.resource_name!r} (type {res.resource_type}) "
                                         "in one request")
-            changes = {}
+            seen = set()
             for c in res.configs:
-                if c.name in changes:
+                if c.name in seen:
                     raise ConfigChangeError(f"duplicate config key {c.name!r}")
-                op = c.config_operation
-                if op == SET:
-                    if c.value is None:
-                        raise ConfigChangeError(f"null value not supported for config {c.name!r}")
-                    changes[c.name] = c.value
-                elif op == DELETE:
-                    changes[c.name] = None
-                elif op in (APPEND, SUBTRACT):
-                    if c.name not in LIST_CONFIGS:
-                        verb = "append" if op == APPEND else "subtract"
-                        raise ConfigChangeError(f"config value {verb} is not allowed for config key {c.name!r}")
-                    if res.resource_type != TOPIC:
-                        changes[c.name] = c.value
-                        continue
-                    items = _current_list(ctx, res.resource_name, c.name)
-                    given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
-                    if op == APPEND:
-                        items += [v for v in given if v not in items]
-                    else:
-                        items = [v for v in items if v not in given]
-                    changes[c.name] = ",".join(items)
-                else:
-                    raise ConfigChangeError(f"unknown config operation {op} for config {c.name!r}")
-            alter_resource(ctx, res.resource_type, res.resource_name, changes, replace_all=False,
+                seen.add(c.name)
+            alter_resource(ctx, res.resource_type, res.resource_name, changes_of(res), replace_all=replace_all,
                            validate_only=request.validate_only)
         except BrokerError as exc:
             error, message = exc.code, str(exc)
-        results.append(Response.AlterConfigsResourceResponse(error_code=error, error_message=message,
-                                                             resource_type=res.resource_type,
-                                                             resource_name=res.resource_name))
+        results.append(response_type.AlterConfigsResourceResponse(error_code=error, error_message=message,
+                                                                  resource_type=res.resource_type,
+                                                                  resource_name=res.resource_name))
+    return results
+
+
+def _changes(ctx, res) -> dict:
+    changes = {}
+    for c in res.configs:
+        op = c.config_operation
+        if op == SET:
+            if c.value is None:
+                raise ConfigChangeError(f"null value not supported for config {c.name!r}")
+            changes[c.name] = c.value
+        elif op == DELETE:
+            changes[c.name] = None
+        elif op in (APPEND, SUBTRACT):
+            if c.name not in LIST_CONFIGS:
+                verb = "append" if op == APPEND else "subtract"
+                raise ConfigChangeError(f"config value {verb} is not allowed for config key {c.name!r}")
+            if res.resource_type != TOPIC:
+                changes[c.name] = c.value
+                continue
+            items = _current_list(ctx, res.resource_name, c.name)
+            given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+            if op == APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            changes[c.name] = ",".join(items)
+        else:
+            raise ConfigChangeError(f"unknown config operation {op} for config {c.name!r}")
+    return changes
+
+
+def handle(ctx, request):
+    results = alter_each(ctx, request, Response, lambda res: _changes(ctx, res), replace_all=False)
     return Response(throttle_time_ms=0, responses=results)

@@ -384,24 +384,8 @@ class AsyncConsumer:
         waiting up to ``timeout_ms`` for some; [] on timeout."""
         self._check_open()
         n = self._max_poll_records if max_records is None else max(1, int(max_records))
-        deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
-        fetcher, wakeup = self._fetcher, self._wakeup
-        while True:
-            wakeup.clear()
-            if self._events:
-                await self._run_events()
-            now = time.monotonic()
-            self._before_take(now, threadsafe=False)
-            records = fetcher.take_records(n)
-            if records:
-                return records
-            remaining = deadline - now
-            if remaining <= 0:
-                return []
-            try:
-                await asyncio.wait_for(wakeup.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+        records = await self._take_when_ready(timeout_ms, lambda: self._fetcher.take_records(n))
+        return records or []
 
     async def poll_batch(self, timeout_ms: int = 1000, max_records: int | None = None):
         """Like poll, as one pyarrow.RecordBatch. ``max_records`` default: what is buffered, up to one
@@ -409,20 +393,27 @@ class AsyncConsumer:
         from pybroker.client import arrow
         self._check_open()
         n = UNLIMITED if max_records is None else max(1, int(max_records))
+        tables = await self._take_when_ready(
+            timeout_ms, lambda: self._fetcher.take_tables(n, arrow.to_record_batch, max_records is None))
+        return arrow.concat(tables) if tables else arrow.empty_batch()
+
+    async def _take_when_ready(self, timeout_ms: int, take):
+        """``take()``'s first non-empty result, running pending group events between tries;
+        None after ``timeout_ms``."""
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
-        fetcher, wakeup = self._fetcher, self._wakeup
+        wakeup = self._wakeup
         while True:
             wakeup.clear()
             if self._events:
                 await self._run_events()
             now = time.monotonic()
             self._before_take(now, threadsafe=False)
-            tables = fetcher.take_tables(n, arrow.to_record_batch, max_records is None)
-            if tables:
-                return arrow.concat(tables)
+            got = take()
+            if got:
+                return got
             remaining = deadline - now
             if remaining <= 0:
-                return arrow.empty_batch()
+                return None
             try:
                 await asyncio.wait_for(wakeup.wait(), remaining)
             except asyncio.TimeoutError:
