@@ -14,6 +14,11 @@ if ! command -v java >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null; fi
 fi
+# the cluster tests run a real standalone ZooKeeper from Debian's package (jars in /usr/share/java)
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq zookeeper >/dev/null
+    else sudo apt-get update -qq && sudo apt-get install -y -qq zookeeper >/dev/null; fi
+fi
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e ".[test]"
 

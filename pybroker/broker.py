@@ -1,23 +1,34 @@
-"""A broker process: storage, replicas, controller and the Kafka-protocol listener, wired together.
+"""A broker process: storage, replicas, controller and the Kafka-protocol listeners, wired together.
 
-Start order: log dirs (recovery) → metadata store → partitions → listener. Stop order is the
-reverse: stop accepting and finish in-flight requests, then snapshot producer state, flush,
-write checkpoints and the clean-shutdown marker.
+Single node (no ``zookeeper.connect``): the local metadata store and an in-process controller that
+makes this broker leader of everything. Cluster: the broker registers in ZooKeeper, mirrors the
+topics, may win the controller role, and learns its partitions from LeaderAndIsr. Both take the
+same path into the replica manager (``apply_leader_and_isr``) and the metadata cache.
+
+Start order: log dirs (recovery) → metadata → coordinator → partitions → listeners → (cluster)
+registration and controller. Stop order is the reverse: stop accepting and finish in-flight
+requests, leave ZooKeeper, then snapshot producer state, flush, write checkpoints and the
+clean-shutdown marker.
 """
+import asyncio
 import dataclasses
 import logging
 
 from pybroker.api.dispatcher import Dispatcher
-from pybroker.controller.controller import Controller
-from pybroker.controller.metadata_store import LocalMetadataStore
+from pybroker.controller.metadata_cache import BrokerEndpoint, MetadataCache
 from pybroker.coordinator.coordinator import GroupCoordinator
 from pybroker.coordinator.offsets import OffsetStore
+from pybroker.errors import BrokerError
 from pybroker.log import LogManager
+from pybroker.log.config import LogConfig
 from pybroker.net.server import Server
 from pybroker.replica.manager import ReplicaManager
-from pybroker.replica.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
+
+
+class ZooKeeperUnavailableError(BrokerError):
+    code = -1
 
 
 class Broker:
@@ -26,42 +37,184 @@ class Broker:
         self.node_id = config.node_id
         self.log_manager = None
         self.replicas = None
-        self.server = None
+        self.servers = []
         self.coordinator = None
+        self.zk = None
+        self.zk_controller = None
+        self.broker_epoch = -1
+        self.metadata = MetadataCache()
+        self.advertised_listener = None
+        self._registered = False
+
+    @property
+    def server(self):
+        return self.servers[0] if self.servers else None
 
     async def start(self) -> "Broker":
         cfg = self.config
         self.log_manager = LogManager(list(cfg.log_dirs), cfg.log,
                                       retention_check_interval_ms=cfg.log_retention_check_interval_ms).startup()
+        self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.min_insync_replicas,
+                                       cfg.replica_lag_time_max_ms)
+        await self._start_listeners()
+        # committed offsets load as offsets partitions become led here: no request sees a half-loaded store
+        self.offsets = OffsetStore(cfg, self)
+        self.coordinator = GroupCoordinator(cfg, self.offsets)
+        self.offsets.coordinator = self.coordinator
+        self.replicas.listeners.append(self.offsets)
+        self.coordinator.startup()
+        if cfg.zookeeper_connect:
+            await self._start_cluster()
+        else:
+            self._start_single_node()
+        self.replicas.start()
+        for server in self.servers:
+            server.open()
+        if cfg.zookeeper_connect:
+            await self._register()
+        return self
+
+    async def _start_listeners(self) -> None:
+        cfg = self.config
+        self.servers = []
+        for listener in cfg.listeners:
+            server = Server(Dispatcher(self), listener.host, listener.port,
+                            max_request_bytes=cfg.socket_request_max_bytes,
+                            max_idle_ms=cfg.connections_max_idle_ms, listener_name=listener.name)
+            await server.start(accepting=False)  # bound now, so the ports are known; served once ready
+            self.servers.append(server)
+        bound = {s.listener_name: s.port for s in self.servers}
+        self.advertised = tuple(dataclasses.replace(a, port=bound.get(a.name, a.port)) if a.port == 0 else a
+                                for a in cfg.advertised_listeners)
+        self.advertised_listener = self.advertised[0]
+
+    def _start_single_node(self) -> None:
+        from pybroker.controller.controller import Controller
+        from pybroker.controller.metadata_store import LocalMetadataStore
+        from pybroker.replica.producer_ids import ProducerIdManager
+        cfg = self.config
         self.store = LocalMetadataStore(cfg.log_dirs[0], cfg.node_id, cfg.cluster_id)
         self.cluster_id = self.store.cluster_id
         self.producer_ids = ProducerIdManager(cfg.log_dirs[0])
-        self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.min_insync_replicas)
-        self.controller = Controller(cfg, self.store, self.replicas)
+        self.metadata.update(self.node_id, [self.own_endpoint()], [], {})
+        self.controller = Controller(self, self.store)
+        self._remove_stale_logs(self.store.topics, lambda topic, p: True)
         self.controller.startup()
-        for topic, partition in list(self.log_manager.logs):  # data of topics deleted before a crash
-            if self.replicas.get(topic, partition) is None:
-                log.warning("removing the log of %s-%d: its topic no longer exists", topic, partition)
+
+    async def _start_cluster(self) -> None:
+        from pybroker.controller.cluster_topics import ClusterTopics
+        from pybroker.controller.metadata_store import new_cluster_id
+        from pybroker.controller.zk import ZkClient
+        from pybroker.replica.fetcher import ReplicaFetcherManager
+        from pybroker.replica.producer_ids import ZkProducerIds
+        cfg = self.config
+        self.zk = ZkClient(cfg.zookeeper_connect, cfg.zookeeper_session_timeout_ms)
+        try:
+            await asyncio.to_thread(self.zk.start, cfg.zookeeper_session_timeout_ms / 1000)
+        except Exception as exc:
+            self.zk.stop()
+            raise ZooKeeperUnavailableError(f"cannot reach ZooKeeper at {cfg.zookeeper_connect}: {exc}") from None
+        self.cluster_id = await asyncio.to_thread(self.zk.get_or_create_cluster_id, cfg.cluster_id or new_cluster_id())
+        if cfg.cluster_id and cfg.cluster_id != self.cluster_id:
+            raise ZooKeeperUnavailableError(f"ZooKeeper holds cluster {self.cluster_id}, but cluster.id={cfg.cluster_id}")
+        self.producer_ids = ZkProducerIds(self.zk, self.node_id)
+        self.controller = ClusterTopics(self, self.zk)
+        await self.controller.startup()
+        self.replicas.fetchers = ReplicaFetcherManager(self.node_id, cfg)
+        self.replicas.isr_writer = self._write_isr
+        assignments = self.controller.assignments
+        self._remove_stale_logs(self.controller.topics,
+                                lambda t, p: self.node_id in assignments.get(t, {}).get(p, ()))
+
+    async def _register(self) -> None:
+        from pybroker.controller.zk_controller import ZkController
+        self.loop = asyncio.get_running_loop()
+        await self._register_in_zk()
+        self.zk.kazoo.add_listener(self._on_zk_state)
+        self.zk_controller = ZkController(self, self.zk)
+        await self.zk_controller.startup()
+
+    async def _register_in_zk(self) -> None:
+        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, self.node_id, list(self.advertised),
+                                                    self.config.zookeeper_session_timeout_ms / 1000 + 5)
+        self._registered = True
+        log.info("broker %d registered in ZooKeeper (epoch %d)", self.node_id, self.broker_epoch)
+
+    def _on_zk_state(self, state) -> None:
+        """kazoo thread: a lost session means other brokers may lead our partitions now."""
+        if state == "LOST":
+            self.loop.call_soon_threadsafe(self._session_lost)
+        elif state == "CONNECTED" and not self._registered:
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reregister()))
+
+    def _session_lost(self) -> None:
+        log.warning("ZooKeeper session lost: not acting as leader until the controller says so")
+        self._registered = False
+        self.replicas.resign_all()
+        if self.zk_controller is not None:
+            self.zk_controller.enqueue("resign")
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register_in_zk()
+            self.zk_controller.enqueue("elect")
+        except Exception:
+            log.exception("re-registering in ZooKeeper failed")
+
+    def _remove_stale_logs(self, topics, hosted) -> None:
+        for topic, partition in list(self.log_manager.logs):  # data of topics deleted while we were away
+            record = topics.get(topic)
+            if record is None or partition >= record.partitions or not hosted(topic, partition):
+                log.warning("removing the log of %s-%d: no such partition here", topic, partition)
                 self.log_manager.delete_log(topic, partition)
-        # committed offsets are replayed before the listener opens: no request sees a half-loaded store
-        self.offsets = OffsetStore(cfg, self.controller, self.replicas)
-        self.offsets.startup()
-        self.coordinator = GroupCoordinator(cfg, self.offsets, self.controller.topics)
-        self.coordinator.startup()
-        listener = cfg.listeners[0]
-        self.server = Server(Dispatcher(self), listener.host, listener.port,
-                             max_request_bytes=cfg.socket_request_max_bytes,
-                             max_idle_ms=cfg.connections_max_idle_ms)
-        await self.server.start()
-        advertised = cfg.advertised_listeners[0] if cfg.advertised_listeners else listener
-        if advertised.port == 0:  # an ephemeral listener advertises the port it got
-            advertised = dataclasses.replace(advertised, port=self.server.port)
-        self.advertised_listener = advertised
-        return self
+
+    # ---- what the controller tells this broker ------------------------------------------------
+
+    def own_endpoint(self) -> BrokerEndpoint:
+        return BrokerEndpoint(self.node_id, {a.name: (a.host, a.port) for a in self.advertised})
+
+    def own_endpoints(self) -> dict:
+        a = self.config.inter_broker_listener
+        host, port = self.own_endpoint().endpoints.get(a.name, (a.host, a.port))
+        return {self.node_id: (host, port)}
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        record = self.controller.topics.get(topic)
+        if record is None or not record.configs:
+            return self.config.log
+        return LogConfig.from_properties(record.configs, base=self.config.log)
+
+    def apply_leader_and_isr(self, controller_epoch: int, states, topic_ids: dict, leaders: dict) -> dict:
+        return self.replicas.apply_states(controller_epoch, states, topic_ids, self.log_config_for, leaders)
+
+    def apply_log_config(self, topic: str) -> None:
+        cfg = self.log_config_for(topic)
+        for (t, _), p in list(self.replicas.partitions.items()):
+            if t == topic:
+                p.log.update_config(cfg)
+
+    async def _write_isr(self, p, new_isr) -> bool:
+        """A leader's ISR change: a conditional write of the partition state in ZooKeeper."""
+        from pybroker.controller.zk import LeaderIsr
+        epoch = p.leader_epoch
+        state = LeaderIsr(self.node_id, epoch, tuple(new_isr), p.controller_epoch, p.zk_version)
+        version = await asyncio.to_thread(self.zk.update_isr, p.topic, p.index, state)
+        if version is None:
+            fresh = await asyncio.to_thread(self.zk.partition_state, p.topic, p.index)
+            if fresh is not None and fresh.leader == self.node_id and fresh.leader_epoch == p.leader_epoch:
+                p.zk_version, p.isr = fresh.version, fresh.isr  # a newer version of our own term: adopt it
+            return False
+        if p.leader_epoch != epoch or not p.is_leader:
+            return False
+        log.info("%s-%d: ISR %s -> %s", p.topic, p.index, list(p.isr), list(new_isr))
+        p.isr, p.zk_version = tuple(new_isr), version
+        return True
+
+    # ---- lifecycle -------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
-        return self.server.port
+        return self.servers[0].port
 
     def _answer_parked(self) -> None:
         """Parked requests (long-polling fetches, JoinGroup/SyncGroup) answer now, so draining is quick."""
@@ -72,17 +225,26 @@ class Broker:
 
     async def stop(self, timeout: float = 30.0) -> None:
         self._answer_parked()
-        if self.server is not None:
-            await self.server.stop(timeout)
+        for server in self.servers:
+            await server.stop(timeout)
+        if self.zk_controller is not None:
+            await self.zk_controller.shutdown()
+        if self.replicas is not None and self.replicas.fetchers is not None:
+            await self.replicas.fetchers.shutdown()
+        if self.zk is not None:
+            await asyncio.to_thread(self.zk.stop)  # our registration goes now: the controller moves leaders
         if self.log_manager is not None:
             self.replicas.shutdown()
             self.log_manager.shutdown()
             self.log_manager = None
         log.info("broker stopped cleanly")
 
+    def install_signal_handlers(self, timeout: float = 30.0) -> None:
+        """SIGTERM/SIGINT stop the broker cleanly; parked requests answer first, or the drain would
+        wait out their timeouts."""
+        self.server.install_signal_handlers(timeout, before_stop=self._answer_parked)
+
     async def run_until_signalled(self, timeout: float = 30.0) -> None:
         """Serve until SIGTERM/SIGINT, then shut down cleanly."""
-        # parked requests answer first, or the server's drain would wait out their timeouts
-        self.server.install_signal_handlers(timeout, before_stop=self._answer_parked)
         await self.server.wait_stopped()
         await self.stop(timeout)

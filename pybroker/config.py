@@ -48,13 +48,11 @@ IGNORED = {
     "socket.send.buffer.bytes": "the OS socket buffer sizes are used",
     "socket.receive.buffer.bytes": "the OS socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "log recovery is sequential",
-    "offsets.topic.replication.factor": "a single node holds one replica of every partition",
     "transaction.state.log.replication.factor": "transactions are not supported",
     "transaction.state.log.min.isr": "transactions are not supported",
     "share.coordinator.state.topic.replication.factor": "share groups are not supported",
     "share.coordinator.state.topic.min.isr": "share groups are not supported",
-    "inter.broker.listener.name": "every listener speaks PLAINTEXT; replicas use the first one",
-    "zookeeper.connection.timeout.ms": "the ZooKeeper client uses its own timeouts",
+    "zookeeper.connection.timeout.ms": "the ZooKeeper client connects within the session timeout",
 }
 
 # key -> (field, minimum, maximum) for plain integer keys of BrokerConfig
@@ -69,9 +67,23 @@ _INTS = {
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
     "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", 1000, INT_MAX),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1, LONG_MAX),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, INT_MAX),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", 0, INT_MAX),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 1, INT_MAX),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, INT_MAX),
+    "num.replica.fetchers": ("num_replica_fetchers", 1, INT_MAX),
+    "replica.socket.timeout.ms": ("replica_socket_timeout_ms", 1, INT_MAX),
+    "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", 0, INT_MAX),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", 0, LONG_MAX),
 }
 _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
-          "delete.topic.enable": "delete_topic_enable"}
+          "delete.topic.enable": "delete_topic_enable",
+          "unclean.leader.election.enable": "unclean_leader_election_enable",
+          "controlled.shutdown.enable": "controlled_shutdown_enable"}
 # broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
 _LOG_INTS = {
     "log.segment.bytes": (14, INT_MAX),
@@ -90,7 +102,8 @@ _LOG_INTS = {
 _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map",
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
-            "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id")
+            "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
+            "inter.broker.listener.name")
 SUPPORTED = frozenset(_INTS) | frozenset(_BOOLS) | frozenset(_LOG_INTS) | frozenset(_STRINGS)
 
 
@@ -133,6 +146,21 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     group_initial_rebalance_delay_ms: int = 3000
+    offsets_topic_replication_factor: int = 3
+    zookeeper_session_timeout_ms: int = 18000
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    num_replica_fetchers: int = 1
+    replica_socket_timeout_ms: int = 30000
+    controller_socket_timeout_ms: int = 30000
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    unclean_leader_election_enable: bool = False
+    controlled_shutdown_enable: bool = True
+    inter_broker_listener_name: str | None = None
     cluster_id: str | None = None
     log_level: str = "INFO"
     zookeeper_connect: str | None = None
@@ -143,6 +171,14 @@ class BrokerConfig:
     def __post_init__(self):
         if not self.advertised_listeners:
             object.__setattr__(self, "advertised_listeners", self.listeners)
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        """The advertised listener other brokers use (inter.broker.listener.name, else the first)."""
+        for lst in self.advertised_listeners:
+            if lst.name == self.inter_broker_listener_name:
+                return lst
+        return self.advertised_listeners[0]
 
     @classmethod
     def load(cls, path: str | None = None, overrides: Sequence[str] = (),
@@ -222,6 +258,12 @@ class BrokerConfig:
         _check_kraft(raw, node_id)
         listeners, advertised = _listeners(raw)
         values.update(listeners=listeners, advertised_listeners=advertised)
+        if raw.get("inter.broker.listener.name"):
+            name = raw["inter.broker.listener.name"].strip().upper()
+            if name not in {a.name for a in advertised}:
+                raise ConfigError(f"inter.broker.listener.name={name}: no such advertised listener "
+                                  f"({', '.join(a.name for a in advertised)})", "inter.broker.listener.name")
+            values["inter_broker_listener_name"] = name
         values["log"] = _log_config(raw)
         return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
 
@@ -246,6 +288,7 @@ class BrokerConfig:
                     "controller.quorum.bootstrap.servers"):
             put(key, raw.get(key, ""))
         put("zookeeper.connect", self.zookeeper_connect)
+        put("inter.broker.listener.name", self.inter_broker_listener.name)
         put("log.dirs", ",".join(self.log_dirs), "log.dirs", "log.dir")
         put("log.dir", raw.get("log.dir", self.log_dirs[0]), "log.dir", "log.dirs")
         put("cluster.id", self.cluster_id)

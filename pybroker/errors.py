@@ -60,3 +60,4 @@ class LogDirError(BrokerError):
 class RecordListTooLargeError(BrokerError):
     """A batch larger than a whole segment can never be appended."""
     code = 18  # RECORD_LIST_TOO_LARGE
+

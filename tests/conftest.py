@@ -27,3 +27,27 @@ def broker_factory(tmp_path):
     yield make
     for b in started:
         b.close()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """One real ZooKeeper for the whole session (clusters share it, each under its own chroot).
+
+    Skipped when Java or Debian's zookeeper jars are missing, except under CI, where that fails.
+    """
+    from pybroker.controller.zk_server import ZooKeeperServer
+    from tests.cluster import require_zookeeper
+    require_zookeeper()
+    server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster3(tmp_path, zookeeper):
+    """Three brokers (ids 1, 2, 3) on the session's ZooKeeper; every process killed afterwards."""
+    from tests.cluster import Cluster
+    cluster = Cluster(tmp_path, 3, zk=zookeeper)
+    yield cluster
+    cluster.close()
+    zookeeper.resume()  # in case the test paused the shared server

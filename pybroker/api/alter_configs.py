@@ -22,6 +22,6 @@ def _changes(res) -> dict:
     return {c.name: c.value for c in res.configs}
 
 
-def handle(ctx, request):
-    results = alter_each(ctx, request, Response, _changes, replace_all=True)
+async def handle(ctx, request):
+    results = await alter_each(ctx, request, Response, _changes, replace_all=True)
     return Response(throttle_time_ms=0, responses=results)

@@ -1,4 +1,5 @@
 """CreatePartitions: grow a topic's partition count (validate-only too)."""
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -9,14 +10,21 @@ MAX_VERSION = 1
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     results = []
     for topic in request.topics:
         error, message = 0, None
         try:
-            ctx.broker.controller.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            if topic.assignments:
+                raise AssignmentNotSupported("manual replica assignment is not supported")
+            await settle(ctx.broker.controller.create_partitions(topic.name, topic.count,
+                                                                 validate_only=request.validate_only))
         except BrokerError as exc:
             error, message = exc.code, str(exc)
         results.append(Response.CreatePartitionsTopicResult(name=topic.name, error_code=error,
                                                             error_message=message))
     return Response(throttle_time_ms=0, results=results)
+
+
+class AssignmentNotSupported(BrokerError):
+    code = 39  # INVALID_REPLICA_ASSIGNMENT

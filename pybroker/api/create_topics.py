@@ -1,4 +1,5 @@
 """CreateTopics: new topics with partition count, replication factor and topic configs (validate-only too)."""
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -9,21 +10,24 @@ MAX_VERSION = 4
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     results = []
     for topic in request.topics:
         configs = {c.name: c.value for c in topic.configs}
         error, message = 0, None
         try:
+            kwargs = {}
             if topic.assignments:
-                raise AssignmentNotSupported("manual replica assignment is not supported")
-            ctx.broker.controller.create_topic(topic.name, topic.num_partitions, topic.replication_factor,
-                                               configs, validate_only=request.validate_only)
+                if topic.num_partitions != -1 or topic.replication_factor != -1:
+                    raise InvalidRequest("with a replica assignment, partitions and replication factor must be -1")
+                kwargs["assignment"] = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+            await settle(ctx.broker.controller.create_topic(topic.name, topic.num_partitions, topic.replication_factor,
+                                                            configs, validate_only=request.validate_only, **kwargs))
         except BrokerError as exc:
             error, message = exc.code, str(exc)
         results.append(Response.CreatableTopicResult(name=topic.name, error_code=error, error_message=message))
     return Response(throttle_time_ms=0, topics=results)
 
 
-class AssignmentNotSupported(BrokerError):
-    code = 39  # INVALID_REPLICA_ASSIGNMENT
+class InvalidRequest(BrokerError):
+    code = 42  # INVALID_REQUEST

@@ -8,8 +8,8 @@ MAX_VERSION = 1
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     coordinator = ctx.broker.coordinator
     return Response(throttle_time_ms=0, results=[
-        Response.DeletableGroupResult(group_id=name, error_code=coordinator.delete_group(name))
+        Response.DeletableGroupResult(group_id=name, error_code=await coordinator.delete_group(name))
         for name in request.groups_names])

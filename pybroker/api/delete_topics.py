@@ -1,4 +1,5 @@
 """DeleteTopics: remove topics, their partitions and data."""
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -9,12 +10,12 @@ MAX_VERSION = 3
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     results = []
     for name in request.topic_names:
         error = 0
         try:
-            ctx.broker.controller.delete_topic(name)
+            await settle(ctx.broker.controller.delete_topic(name))
         except BrokerError as exc:
             error = exc.code
         results.append(Response.DeletableTopicResult(name=name, error_code=error))

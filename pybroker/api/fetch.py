@@ -26,7 +26,7 @@ async def handle(ctx, request):
                   for t in request.topics for p in t.partitions]
     committed_only = request.isolation_level == 1
     results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
-                                              request.max_bytes, committed_only)
+                                              request.max_bytes, committed_only, request.replica_id)
     return Parts(core.kafka_codec.encode_fetch(ctx.version, request.topics, results, committed_only))
 
 

@@ -6,6 +6,7 @@ static, so a broker resource fails as Kafka fails a config that cannot be update
 INVALID_REQUEST ("Cannot update these configs dynamically"). APPEND/SUBTRACT apply only to list
 configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
 """
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -31,11 +32,11 @@ def duplicate_resources(resources) -> set:
     return dups
 
 
-def alter_resource(ctx, resource_type, name, changes: dict, replace_all: bool, validate_only: bool) -> None:
+async def alter_resource(ctx, resource_type, name, changes: dict, replace_all: bool, validate_only: bool) -> None:
     """Apply ``changes`` ({key: value | None}) to one resource, or raise a BrokerError."""
     if resource_type == TOPIC:
-        ctx.broker.controller.alter_topic_configs(name, changes, replace_all=replace_all,
-                                                  validate_only=validate_only)
+        await settle(ctx.broker.controller.alter_topic_configs(name, changes, replace_all=replace_all,
+                                                               validate_only=validate_only))
     elif resource_type == BROKER:
         if name not in ("", str(ctx.broker.node_id)):
             raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.broker.node_id}")
@@ -55,7 +56,7 @@ def _current_list(ctx, name: str, key: str) -> list:
     return []
 
 
-def alter_each(ctx, request, response_type, changes_of, replace_all: bool) -> list:
+async def alter_each(ctx, request, response_type, changes_of, replace_all: bool) -> list:
     """Apply every resource's changes (``changes_of(res)`` -> {key: value | None}) and answer each
     resource on its own; shared by AlterConfigs and IncrementalAlterConfigs."""
     dups = duplicate_resources(request.resources)
@@ -71,7 +72,7 @@ def alter_each(ctx, request, response_type, changes_of, replace_all: bool) -> li
                 if c.name in seen:
                     raise ConfigChangeError(f"duplicate config key {c.name!r}")
                 seen.add(c.name)
-            alter_resource(ctx, res.resource_type, res.resource_name, changes_of(res), replace_all=replace_all,
+            await alter_resource(ctx, res.resource_type, res.resource_name, changes_of(res), replace_all=replace_all,
                            validate_only=request.validate_only)
         except BrokerError as exc:
             error, message = exc.code, str(exc)
@@ -110,6 +111,6 @@ def _changes(ctx, res) -> dict:
     return changes
 
 
-def handle(ctx, request):
-    results = alter_each(ctx, request, Response, lambda res: _changes(ctx, res), replace_all=False)
+async def handle(ctx, request):
+    results = await alter_each(ctx, request, Response, lambda res: _changes(ctx, res), replace_all=False)
     return Response(throttle_time_ms=0, responses=results)

@@ -1,4 +1,6 @@
-"""Metadata: this broker, the cluster id and topic partitions; creates unknown topics when allowed."""
+"""Metadata: live brokers, the controller and every partition's leader, replicas and ISR, from the
+metadata cache; creates unknown topics when allowed (answering LEADER_NOT_AVAILABLE until they lead)."""
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -6,36 +8,42 @@ API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 8
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NO_OPERATIONS = -2147483648  # authorized operations not computed
 
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     broker = ctx.broker
+    cache = broker.metadata
     names = _requested(ctx.version, request)
     if names is None:
-        names = sorted(broker.controller.topics)
+        names = sorted(cache.topics)
     allow_create = broker.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
     topics = []
     for name in names:
         error = 0
-        if name not in broker.controller.topics:
+        if name not in cache.topics:
             error = UNKNOWN_TOPIC_OR_PARTITION
-            if allow_create:
+            if name in broker.controller.topics:
+                error = LEADER_NOT_AVAILABLE  # created; its leaders are not known here yet
+            elif allow_create:
                 try:
-                    broker.controller.create_topic(name)
-                    error = 0
+                    await settle(broker.controller.auto_create_topic(name))
+                    error = 0 if name in cache.topics else LEADER_NOT_AVAILABLE
                 except BrokerError as exc:
-                    error = exc.code
-        topics.append(_topic(broker, name, error))
-    listener = broker.advertised_listener
-    return Response(
-        throttle_time_ms=0,
-        brokers=[Response.MetadataResponseBroker(node_id=broker.node_id, host=listener.host,
-                                                 port=listener.port, rack=None)],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics,
-        cluster_authorized_operations=NO_OPERATIONS)
+                    error = LEADER_NOT_AVAILABLE if exc.code == 36 else exc.code  # created meanwhile
+        topics.append(_topic(cache, name, error))
+    listener = ctx.connection.server.listener_name
+    brokers = []
+    for b in sorted(cache.brokers.values(), key=lambda b: b.id):
+        address = b.address(listener)
+        if address is not None:
+            brokers.append(Response.MetadataResponseBroker(node_id=b.id, host=address[0], port=address[1],
+                                                           rack=b.rack))
+    return Response(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
+                    controller_id=cache.controller_id, topics=topics, cluster_authorized_operations=NO_OPERATIONS)
 
 
 def _requested(version: int, request):
@@ -45,16 +53,15 @@ def _requested(version: int, request):
     return [t.name for t in request.topics]
 
 
-def _topic(broker, name: str, error: int):
-    record = broker.controller.topics.get(name)
+def _topic(cache, name: str, error: int):
+    meta = cache.topics.get(name)
     partitions = []
-    if record is not None and not error:
-        for index in range(record.partitions):
-            p = broker.replicas.get(name, index)
+    if meta is not None and not error:
+        for index, s in sorted(meta.partitions.items()):
             partitions.append(Response.MetadataResponsePartition(
-                error_code=0, partition_index=index, leader_id=broker.node_id,
-                leader_epoch=p.leader_epoch if p else 0, replica_nodes=[broker.node_id],
-                isr_nodes=[broker.node_id], offline_replicas=[]))
+                error_code=0 if s.leader >= 0 else LEADER_NOT_AVAILABLE, partition_index=index,
+                leader_id=s.leader, leader_epoch=s.leader_epoch, replica_nodes=list(s.replicas),
+                isr_nodes=list(s.isr), offline_replicas=list(s.offline)))
     return Response.MetadataResponseTopic(
         error_code=error, name=name, is_internal=name.startswith("__"), partitions=partitions,
         topic_authorized_operations=NO_OPERATIONS)

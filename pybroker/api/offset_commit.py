@@ -11,14 +11,14 @@ DEFAULT_RETENTION = -1  # v2-4 retention_time_ms: -1 = the broker's offsets.rete
 Response = RESPONSES[API_KEY]
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     expire = -1
     if 2 <= ctx.version <= 4 and request.retention_time_ms != DEFAULT_RETENTION:
         expire = now_ms() + request.retention_time_ms
     entries = [CommitEntry(t.name, p.partition_index, p.committed_offset,
                            p.committed_leader_epoch if ctx.version >= 6 else -1, p.committed_metadata, expire)
                for t in request.topics for p in t.partitions]
-    _, errors = ctx.broker.coordinator.commit(
+    _, errors = await ctx.broker.coordinator.commit(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
         request.group_instance_id if ctx.version >= 7 else None, entries)
     topics = []

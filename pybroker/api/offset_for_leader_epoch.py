@@ -19,7 +19,7 @@ def handle(ctx, request):
             error, epoch, end = UNKNOWN_TOPIC_OR_PARTITION, -1, -1
             if partition is not None:
                 try:
-                    partition.check_leader_epoch(p.current_leader_epoch)
+                    partition.check_leader(p.current_leader_epoch)
                     epoch, end = partition.end_offset_for_epoch(p.leader_epoch)
                     error = 0
                 except BrokerError as exc:

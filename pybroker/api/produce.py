@@ -42,6 +42,7 @@ def handle(ctx, request):
     elif request.transactional_id is not None:
         error = INVALID_REQUEST  # transactions are not supported
     outcomes = {}
+    appended = {}
     if not error:
         entries = {}
         for topic in topics:
@@ -55,7 +56,8 @@ def handle(ctx, request):
                     outcomes[key] = refusal
                 else:
                     entries[key] = records
-        for key, outcome in ctx.broker.replicas.append(acks, entries).items():
+        appended = ctx.broker.replicas.append(acks, entries)
+        for key, outcome in appended.items():
             outcomes[key] = (outcome.error, outcome.result, outcome.message)
     if acks == 0:
         failed = sorted(f"{t}-{p}: error {o[0]}" for (t, p), o in outcomes.items() if o[0]) or (
@@ -63,19 +65,29 @@ def handle(ctx, request):
         if failed:  # as Kafka: no response to carry the error, so hang up and the client refreshes
             raise AcksZeroProduceFailed("acks=0 produce failed (" + ", ".join(failed[:5]) + ")")
         return None
-    waits = {key: o[1].flushed for key, o in outcomes.items() if o[1] is not None and o[1].flushed is not None}
-    if waits:  # flush.messages reached: as Kafka, acknowledge after the fsync (done off the event loop)
-        return _respond_after_flush(topics, outcomes, error, waits)
+    flushes = {key: o[1].flushed for key, o in outcomes.items() if o[1] is not None and o[1].flushed is not None}
+    replication = ctx.broker.replicas.pending_acks(appended) if acks == -1 and not error else None
+    if flushes or replication:  # flush.messages reached (the fsync runs off the loop) or acks=all waits for the HW
+        return _respond_later(ctx, request.timeout_ms, topics, outcomes, error, flushes, replication)
     return _response(topics, outcomes, error)
 
 
-async def _respond_after_flush(topics, outcomes, error, waits):
-    for key, done in waits.items():
+async def _respond_later(ctx, timeout_ms, topics, outcomes, error, flushes, replication):
+    for key, done in flushes.items():
         try:
             await asyncio.wrap_future(done)
         except Exception as exc:
             outcomes[key] = (KAFKA_STORAGE_ERROR, None, f"flush failed: {exc}")
+    if replication:
+        for key, code in (await ctx.broker.replicas.wait_for_acks(replication, timeout_ms)).items():
+            if code and outcomes[key][0] == 0:
+                outcomes[key] = (code, None, _NOT_REPLICATED.get(code))
     return _response(topics, outcomes, error)
+
+
+_NOT_REPLICATED = {7: "the in-sync replicas did not acknowledge within the request timeout",
+                   6: "leadership moved before the in-sync replicas acknowledged",
+                   20: "written, but fewer in-sync replicas than min.insync.replicas acknowledged it"}
 
 
 def _response(topics, outcomes, error):

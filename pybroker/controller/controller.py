@@ -5,6 +5,7 @@ restart replays exactly what was acknowledged.
 """
 import logging
 
+from pybroker.controller.metadata_cache import PartitionState
 from pybroker.controller.metadata_store import (InvalidConfigError, InvalidPartitionsError,
                                                 InvalidReplicationFactorError, TopicExistsError,
                                                 UnknownTopicError, validate_topic_name)
@@ -26,10 +27,13 @@ INTERNAL_TOPICS = ("__consumer_offsets",)
 
 
 class Controller:
-    def __init__(self, config, store, replicas):
-        self.config = config
+    """The controller of a single node, over the local metadata store."""
+
+    def __init__(self, broker, store):
+        self.broker = broker
+        self.config = broker.config
         self.store = store
-        self.replicas = replicas
+        self.replicas = broker.replicas
 
     @property
     def topics(self):
@@ -46,33 +50,19 @@ class Controller:
         return LogConfig.from_properties(record.configs, base=self.config.log)
 
     def _open_partitions(self, record, first: int, end: int) -> None:
-        cfg = self.log_config(record)
-        for index in range(first, end):
-            self.replicas.make_leader(record.name, index, record.topic_id, cfg)
+        """This node leads every partition: the same LeaderAndIsr and UpdateMetadata steps as a cluster."""
+        me = (self.config.node_id,)
+        states = [PartitionState(record.name, i, self.config.node_id, 0, me, me) for i in range(first, end)]
+        self.broker.apply_leader_and_isr(0, states, {record.name: record.topic_id}, self.broker.own_endpoints())
+        self.broker.metadata.update(self.config.node_id, [self.broker.own_endpoint()], states,
+                                    {record.name: record.topic_id})
 
     # ---- topics ---------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      configs: dict | None = None, validate_only: bool = False):
-        partitions = self.config.num_partitions if partitions == -1 else partitions
-        replication_factor = self.config.default_replication_factor if replication_factor == -1 else replication_factor
-        if partitions < 1:
-            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
-        if replication_factor != 1:
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor} is larger than the 1 available broker"
-                if replication_factor > 1 else f"replication factor must be at least 1, got {replication_factor}")
-        configs = dict(configs or {})
-        try:
-            unknown = [k for k in configs if k not in TOPIC_NAMES.values()]
-            if unknown:
-                raise ValueError(f"unknown topic config {unknown[0]!r}")
-            if any(v is None for v in configs.values()):
-                raise ValueError("topic config values may not be null")
-            LogConfig.from_properties(configs, base=self.config.log)
-        except ValueError as exc:
-            raise InvalidConfigError(str(exc)) from None
-        validate_topic_name(name)
+        partitions, replication_factor, configs = check_new_topic(
+            self.config, name, partitions, replication_factor, configs, live_brokers=1)
         if name in self.store.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         if validate_only:
@@ -81,6 +71,9 @@ class Controller:
         self._open_partitions(record, 0, partitions)
         log.info("created topic %s with %d partitions", name, partitions)
         return record
+
+    def auto_create_topic(self, name: str):
+        return self.create_topic(name)
 
     def delete_topic(self, name: str) -> None:
         if not self.config.delete_topic_enable:
@@ -92,7 +85,8 @@ class Controller:
             raise UnknownTopicError(f"unknown topic {name!r}")
         self.store.delete_topic(name)
         for index in range(record.partitions):
-            self.replicas.delete_partition(name, index)
+            self.replicas.stop_replica(name, index, delete=True)
+        self.broker.metadata.update(self.config.node_id, None, [], {}, deleted=[name])
         log.info("deleted topic %s", name)
 
     def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
@@ -117,25 +111,7 @@ class Controller:
         record = self.store.topics.get(name)
         if record is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
-        if replace_all:
-            new = {k: v for k, v in changes.items() if v is not None}
-        else:
-            new = dict(record.configs)
-            for key, value in changes.items():
-                if value is None:
-                    new.pop(key, None)
-                else:
-                    new[key] = value
-        try:
-            unknown = [k for k in changes if k not in TOPIC_NAMES.values()]
-            if unknown:
-                raise ValueError(f"unknown topic config {unknown[0]!r}")
-            bad = [k for k, v in new.items() if not isinstance(v, str)]
-            if bad:
-                raise ValueError(f"the value of {bad[0]!r} must be a string")
-            LogConfig.from_properties(new, base=self.config.log)
-        except ValueError as exc:
-            raise InvalidConfigError(str(exc)) from None
+        new = new_overrides(record.configs, changes, replace_all, self.config.log)
         if validate_only or new == record.configs:
             return
         self.store.set_configs(name, {**{k: None for k in record.configs if k not in new}, **new})
@@ -155,6 +131,60 @@ class Controller:
         record = self.store.topics.get(name)
         if record is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
-        effective = self.log_config(record)
-        return [(prop, str(getattr(effective, field)), prop in record.configs)
-                for field, prop in sorted(TOPIC_NAMES.items(), key=lambda kv: kv[1])]
+        return describe_topic_configs(record, self.config.log)
+
+
+def describe_topic_configs(record, base) -> list[tuple[str, str, bool]]:
+    """(Kafka name, value, overridden) for every topic-level config of a topic record."""
+    effective = LogConfig.from_properties(record.configs, base=base)
+    return [(prop, str(getattr(effective, field)), prop in record.configs)
+            for field, prop in sorted(TOPIC_NAMES.items(), key=lambda kv: kv[1])]
+
+
+def check_new_topic(config, name: str, partitions: int, replication_factor: int, configs, live_brokers: int):
+    """CreateTopics' checks, as Kafka orders them; (partitions, replication factor, configs) with defaults."""
+    partitions = config.num_partitions if partitions == -1 else partitions
+    replication_factor = config.default_replication_factor if replication_factor == -1 else replication_factor
+    if partitions < 1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+    if replication_factor < 1:
+        raise InvalidReplicationFactorError(f"replication factor must be at least 1, got {replication_factor}")
+    if replication_factor > live_brokers:
+        raise InvalidReplicationFactorError(f"replication factor: {replication_factor} larger than available "
+                                            f"brokers: {live_brokers}")
+    configs = dict(configs or {})
+    try:
+        unknown = [k for k in configs if k not in TOPIC_NAMES.values()]
+        if unknown:
+            raise ValueError(f"unknown topic config {unknown[0]!r}")
+        if any(v is None for v in configs.values()):
+            raise ValueError("topic config values may not be null")
+        LogConfig.from_properties(configs, base=config.log)
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None
+    validate_topic_name(name)
+    return partitions, replication_factor, configs
+
+
+def new_overrides(current: dict, changes: dict, replace_all: bool, base) -> dict:
+    """Topic overrides after AlterConfigs (``replace_all``) or IncrementalAlterConfigs, validated."""
+    if replace_all:
+        new = {k: v for k, v in changes.items() if v is not None}
+    else:
+        new = dict(current)
+        for key, value in changes.items():
+            if value is None:
+                new.pop(key, None)
+            else:
+                new[key] = value
+    try:
+        unknown = [k for k in changes if k not in TOPIC_NAMES.values()]
+        if unknown:
+            raise ValueError(f"unknown topic config {unknown[0]!r}")
+        bad = [k for k, v in new.items() if not isinstance(v, str)]
+        if bad:
+            raise ValueError(f"the value of {bad[0]!r} must be a string")
+        LogConfig.from_properties(new, base=base)
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None
+    return new

@@ -75,11 +75,10 @@ class CommitEntry:
 
 
 class GroupCoordinator:
-    def __init__(self, config, store, topics):
-        """``store``: the OffsetStore; ``topics``: name -> topic record (for partition counts)."""
+    def __init__(self, config, store):
+        """``store``: the OffsetStore (its partitions decide which groups are coordinated here)."""
         self.config = config
         self.store = store
-        self.topics = topics
         self.groups: dict[str, Group] = {}
         self.ready = False
         self.stopped = False
@@ -88,10 +87,13 @@ class GroupCoordinator:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
+    @property
+    def topics(self):
+        """name -> topic record (for partition counts)."""
+        return self.store.controller.topics
+
     def startup(self) -> None:
         self._loop = asyncio.get_running_loop()
-        for group_id in self.store.groups():  # groups known only by their offsets start Empty
-            self.groups.setdefault(group_id, Group(group_id))
         self._expiry_task = self._loop.create_task(self._expire_offsets_forever())
         self.ready = True
 
@@ -102,19 +104,34 @@ class GroupCoordinator:
         if self._expiry_task is not None:
             self._expiry_task.cancel()
         for group in self.groups.values():
-            self._cancel(group.join_timer)
-            for handle in group.pending.values():
-                self._cancel(handle)
-            for m in group.members.values():
-                self._cancel(m.expiry)
-                self._answer_join(m, JoinResult(NOT_COORDINATOR, m.member_id))
-                self._answer_sync(m, SyncResult(NOT_COORDINATOR))
+            self._release(group)
+
+    def _release(self, group) -> None:
+        """Stop coordinating ``group`` here: timers stop, parked members hear NOT_COORDINATOR."""
+        self._cancel(group.join_timer)
+        for handle in group.pending.values():
+            self._cancel(handle)
+        for m in group.members.values():
+            self._cancel(m.expiry)
+            self._answer_join(m, JoinResult(NOT_COORDINATOR, m.member_id))
+            self._answer_sync(m, SyncResult(NOT_COORDINATOR))
+
+    def partition_moved(self, index: int, is_leader: bool) -> None:
+        """An offsets partition became led here (its groups start Empty) or moved away."""
+        for group_id in [g for g in self.groups if self.store.partition_for(g) == index]:
+            self._release(self.groups.pop(group_id))
+        if is_leader:
+            for group_id in self.store.groups():  # groups known only by their offsets start Empty
+                if self.store.partition_for(group_id) == index:
+                    self.groups.setdefault(group_id, Group(group_id))
 
     def check_available(self, group_id) -> int:
         if not self.ready:
             return NOT_COORDINATOR if self.stopped else COORDINATOR_NOT_AVAILABLE
         if group_id is None or group_id == "":
             return INVALID_GROUP_ID
+        if not self.store.owns(group_id):
+            return NOT_COORDINATOR
         return NONE
 
     # ---- JoinGroup ------------------------------------------------------------------------
@@ -443,7 +460,7 @@ class GroupCoordinator:
 
     # ---- offsets --------------------------------------------------------------------------
 
-    def commit(self, group_id, generation, member_id, group_instance_id, entries: list[CommitEntry]):
+    async def commit(self, group_id, generation, member_id, group_instance_id, entries: list[CommitEntry]):
         """(top-level error or 0, {(topic, partition): error})."""
         error = self.check_available(group_id)
         if not error:
@@ -463,7 +480,7 @@ class GroupCoordinator:
                                                  e.expire_timestamp)
                 results[tp] = NONE
         if values:
-            error = self.store.commit(group_id, values)
+            error = await self.store.commit(group_id, values)
             if error:
                 results.update({tp: error for tp in values})
             elif group_id not in self.groups:
@@ -506,7 +523,7 @@ class GroupCoordinator:
     def describe(self, group_id) -> Group | None:
         return self.groups.get(group_id)
 
-    def delete_group(self, group_id) -> int:
+    async def delete_group(self, group_id) -> int:
         error = self.check_available(group_id)
         if error:
             return error
@@ -515,7 +532,7 @@ class GroupCoordinator:
             return GROUP_ID_NOT_FOUND
         if not group.is_(EMPTY) or group.members or group.pending:
             return NON_EMPTY_GROUP
-        error = self.store.delete(group_id)
+        error = await self.store.delete(group_id)
         if error:
             return error
         group.transition(DEAD)
@@ -529,7 +546,7 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(OFFSETS_RETENTION_CHECK_INTERVAL_MS / 1000)
             try:
-                removed = self.store.expire(now_ms(), retention_ms, self._emptiness)
+                removed = await self.store.expire(now_ms(), retention_ms, self._emptiness)
                 if removed:
                     log.info("expired %d committed offsets", removed)
                 for group in list(self.groups.values()):

@@ -13,6 +13,8 @@ import struct
 
 from pybroker.coordinator import records
 from pybroker.coordinator.group import now_ms
+from pybroker.controller.metadata_store import TopicExistsError
+from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.records import Record, build_batch, decode_records
 
@@ -21,35 +23,70 @@ log = logging.getLogger(__name__)
 TOPIC = "__consumer_offsets"
 TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}  # Kafka compacts instead; we keep all
 READ_CHUNK = 1 << 20
+OFFSET_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms
+NOT_COORDINATOR = 16
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 
 
 class OffsetStore:
-    def __init__(self, config, controller, replicas):
+    """Offsets of the groups whose ``__consumer_offsets`` partition this broker leads.
+
+    A partition is loaded (replayed from its log) when this broker becomes its leader and
+    forgotten when it stops leading it; groups in partitions led elsewhere are NOT_COORDINATOR.
+    """
+
+    def __init__(self, config, broker):
         self.config = config
-        self.controller = controller
-        self.replicas = replicas
+        self.broker = broker
+        self.coordinator = None  # told when partitions load and unload
         self.partitions = config.offsets_topic_num_partitions
         self.offsets: dict[str, dict[tuple[str, int], records.OffsetValue]] = {}
-        self.loaded = False
+        self.owned: set[int] = set()
 
-    # ---- start ----------------------------------------------------------------------------
+    @property
+    def controller(self):
+        return self.broker.controller
 
-    def startup(self) -> None:
-        """Replay the internal topic into memory, when it exists (Kafka creates it on first use)."""
+    @property
+    def replicas(self):
+        return self.broker.replicas
+
+    # ---- leadership -----------------------------------------------------------------------
+
+    def on_leadership(self, key, is_leader: bool) -> None:
+        if key[0] != TOPIC:
+            return
+        index = key[1]
         record = self.controller.topics.get(TOPIC)
-        if record is not None:
+        if record is not None and record.partitions:
             self._use(record)
-        count = sum(self._load_partition(i) for i in range(self.partitions)) if record is not None else 0
-        self.loaded = True
-        log.info("loaded %d offset records for %d groups from %s", count, len(self.offsets), TOPIC)
+        self._unload(index)
+        if is_leader:
+            count = self._load_partition(index)
+            self.owned.add(index)
+            log.info("loaded %d offset records from %s-%d", count, TOPIC, index)
+        if self.coordinator is not None:
+            self.coordinator.partition_moved(index, is_leader)
 
-    def ensure_topic(self) -> None:
+    def _unload(self, index: int) -> None:
+        self.owned.discard(index)
+        for group in [g for g in self.offsets if self.partition_for(g) == index]:
+            del self.offsets[group]
+
+    def owns(self, group: str) -> bool:
+        return self.partition_for(group) in self.owned
+
+    async def ensure_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use (FindCoordinator, commit), as Kafka does."""
         record = self.controller.topics.get(TOPIC)
         if record is None:
-            record = self.controller.create_topic(TOPIC, self.partitions, 1, TOPIC_CONFIGS)
-        self._use(record)
+            rf = min(self.config.offsets_topic_replication_factor, max(len(self.broker.metadata.brokers), 1))
+            try:
+                record = await settle(self.controller.create_topic(TOPIC, self.partitions, rf, TOPIC_CONFIGS))
+            except TopicExistsError:
+                record = self.controller.topics.get(TOPIC)
+        if record is not None:
+            self._use(record)
 
     def _use(self, record) -> None:
         if record.partitions != self.partitions:
@@ -61,7 +98,7 @@ class OffsetStore:
         partition = self.replicas.get(TOPIC, index)
         if partition is None:
             return 0
-        lg, offset, end, count = partition.log, partition.log_start_offset, partition.high_watermark, 0
+        lg, offset, end, count = partition.log, partition.log_start_offset, partition.log_end_offset, 0
         while offset < end:
             data = lg.read(offset, READ_CHUNK, max_offset=end, min_one_batch=True).read()
             if not data:
@@ -121,7 +158,7 @@ class OffsetStore:
 
     # ---- writes ---------------------------------------------------------------------------
 
-    def commit(self, group: str, values: dict) -> int:
+    async def commit(self, group: str, values: dict) -> int:
         """Append ``{(topic, partition): OffsetValue}`` as one batch; an error code (0: done)."""
         if not values:
             return 0
@@ -129,38 +166,46 @@ class OffsetStore:
                        value=records.encode_offset_commit_value(v.offset, v.leader_epoch, v.metadata,
                                                                 v.commit_timestamp, v.expire_timestamp))
                 for (t, p), v in values.items()]
-        error = self._append(group, recs)
+        error = await self._append(group, recs)
         if not error:
             self.offsets.setdefault(group, {}).update(values)
         return error
 
-    def delete(self, group: str, partitions=None) -> int:
+    async def delete(self, group: str, partitions=None) -> int:
         """Tombstones for the group's offsets (all, or the given partitions); an error code."""
         offsets = self.offsets.get(group, {})
         tps = [tp for tp in (offsets if partitions is None else partitions) if tp in offsets]
         if not tps:
             return 0
-        error = self._append(group, [Record(key=records.encode_offset_commit_key(group, t, p), value=None)
+        error = await self._append(group, [Record(key=records.encode_offset_commit_key(group, t, p), value=None)
                                      for t, p in tps])
         if not error:
             for tp in tps:
                 self._forget(group, tp)
         return error
 
-    def _append(self, group: str, recs) -> int:
+    async def _append(self, group: str, recs) -> int:
+        """Append to the group's partition and wait until it is replicated (HW), as Kafka's commits."""
         try:
-            self.ensure_topic()
+            await self.ensure_topic()
         except BrokerError as exc:
             log.error("cannot create %s: %s", TOPIC, exc)
             return exc.code
         key = (TOPIC, self.partition_for(group))
-        outcome = self.replicas.append(-1, {key: build_batch(recs, base_timestamp=now_ms())})[key]
-        if outcome.error:
+        if key[1] not in self.owned:
+            return NOT_COORDINATOR
+        outcomes = self.replicas.append(-1, {key: build_batch(recs, base_timestamp=now_ms())})
+        error = outcomes[key].error
+        if not error:
+            waits = self.replicas.pending_acks(outcomes)
+            if waits:
+                error = (await self.replicas.wait_for_acks(waits, OFFSET_COMMIT_TIMEOUT_MS))[key]
+        if error:
             log.error("could not write offsets of group %s to %s-%d: error %d %s", group, *key,
-                      outcome.error, outcome.message or "")
-        return outcome.error
+                      error, outcomes[key].message or "")
+        return error
 
-    def expire(self, now: int, retention_ms: int, is_empty) -> int:
+    async def expire(self, now: int, retention_ms: int, is_empty) -> int:
         """Tombstone offsets past retention: explicit expire timestamps, or any offset of a group
         without members (``is_empty(group) -> (empty, empty_since_ms)``) older than the retention."""
         removed = 0
@@ -169,7 +214,7 @@ class OffsetStore:
             stale = [tp for tp, v in self.offsets[group].items()
                      if (v.expire_timestamp != -1 and now >= v.expire_timestamp)
                      or (empty and now >= max(v.commit_timestamp, since) + retention_ms)]
-            if stale and not self.delete(group, stale):
+            if stale and not await self.delete(group, stale):
                 removed += len(stale)
         return removed
 

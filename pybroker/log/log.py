@@ -207,7 +207,7 @@ class Log:
         continue the log.
         """
         log_append_time = -1  # the clock is read only when the log stamps LogAppendTime
-        if self.log_append_time:
+        if self.log_append_time and assign_offsets:  # a follower keeps its leader's stamps
             log_append_time = timestamp_ms if timestamp_ms is not None else now_ms()
         with self.lock:
             segment = self.segments[-1]
@@ -228,6 +228,10 @@ class Log:
                     batches, first, leader_epoch, log_append_time)
             if leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first)
+            elif leader_epoch < 0:  # a follower's copy: the epochs come with the batches
+                for _, info in batches:
+                    if info.partition_leader_epoch > self.epochs.latest_epoch:
+                        self.epochs.assign(info.partition_leader_epoch, info.base_offset)
             self.unflushed_messages += records
             flushed = None
             if self.unflushed_messages >= self.config.flush_messages:

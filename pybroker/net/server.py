@@ -67,12 +67,14 @@ class Server:
     def __init__(self, handler, host: str = "127.0.0.1", port: int = 0, *,
                  max_request_bytes: int = 104857600, max_idle_ms: int = 600000,
                  max_in_flight: int = 64, max_queued_bytes: int = 16 << 20,
-                 recv_buffer_bytes: int = 64 * 1024, backlog: int = 128, sender=None):
+                 recv_buffer_bytes: int = 64 * 1024, backlog: int = 128, sender=None,
+                 listener_name: str = "PLAINTEXT"):
         if max_request_bytes < 8:
             raise ValueError("socket.request.max.bytes must be at least 8")
         if max_in_flight < 1 or max_queued_bytes < 1 or recv_buffer_bytes < 16:
             raise ValueError("max_in_flight, max_queued_bytes and recv_buffer_bytes must be positive")
         self.handler = handler
+        self.listener_name = listener_name
         self.host = host
         self.max_request_bytes = max_request_bytes
         self.max_idle_ms = max_idle_ms
@@ -92,10 +94,12 @@ class Server:
         self._stopped = None
         self._all_closed = None  # a future set when the last connection closes during stop
         self._signal_task = None
+        self._accepting = False
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> "Server":
+    async def start(self, accepting: bool = True) -> "Server":
+        """Bind and listen; ``accepting=False`` holds connections in the backlog until ``open()``."""
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         if self.sender is None:
@@ -105,9 +109,17 @@ class Server:
         self._listener = socket.create_server((self.host, self._requested_port), family=family,
                                               backlog=self.backlog)
         self._listener.setblocking(False)
-        self.loop.add_reader(self._listener.fileno(), self._on_accept)
-        log.info("listening on %s:%d", *self.address)
+        self._accepting = False
+        if accepting:
+            self.open()
         return self
+
+    def open(self) -> None:
+        """Start accepting connections."""
+        if not self._accepting and not self._stopping:
+            self._accepting = True
+            self.loop.add_reader(self._listener.fileno(), self._on_accept)
+            log.info("listening on %s:%d", *self.address)
 
     @property
     def address(self) -> tuple:
@@ -130,7 +142,8 @@ class Server:
             return
         self._stopping = True
         if self._listener is not None:
-            self.loop.remove_reader(self._listener.fileno())
+            if self._accepting:
+                self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
         self._all_closed = self.loop.create_future()
         for conn in list(self.connections.values()):

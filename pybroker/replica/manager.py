@@ -1,7 +1,11 @@
-"""The partitions this broker hosts: appends with acks, fetches with long polling, offsets.
+"""The partitions this broker hosts: role changes, appends with acks, fetches with long polling.
 
 Interface kept narrow (dicts keyed by (topic, partition) in, typed results out) so the
 partitions can later be sharded over worker processes behind the same calls.
+
+acks=all: a produce waits in a purgatory keyed by partition until the high watermark passes its
+last offset (completed when the HW moves, never polled), the request's timeout (REQUEST_TIMED_OUT),
+or the loss of leadership (NOT_LEADER_OR_FOLLOWER).
 """
 import asyncio
 import logging
@@ -9,11 +13,15 @@ import time
 from dataclasses import dataclass
 
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
-from pybroker.replica.partition import Partition, ProduceResult
+from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
 
 log = logging.getLogger(__name__)
 
+NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+STALE_CONTROLLER_EPOCH = 11
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 UNKNOWN_SERVER_ERROR = -1
 
 
@@ -47,31 +55,108 @@ def error_code(exc: Exception) -> int:
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, log_manager, min_insync_replicas: int = 1):
+    def __init__(self, node_id: int, log_manager, min_insync_replicas: int = 1, replica_lag_time_max_ms: int = 30000):
         self.node_id = node_id
         self.log_manager = log_manager
         self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.controller_epoch = 0
+        self.fetchers = None       # a ReplicaFetcherManager on a cluster
+        self.isr_writer = None     # async (partition, new_isr) -> bool; ZooKeeper on a cluster
+        self.listeners = []        # objects with on_leadership(key, is_leader) (the group coordinator)
         self._waiters: list[tuple[set, asyncio.Future]] = []  # long-polling fetches
+        self._acks: dict[tuple[str, int], list] = {}  # acks=all produces: key -> [(offset, future)]
         self._stopping = False  # shutting down: fetches answer at once instead of long polling
+        self._isr_task = None
 
     # ---- partitions -----------------------------------------------------------------------
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
-    def make_leader(self, topic: str, partition: int, topic_id, log_config, leader_epoch: int = 0) -> Partition:
+    def get_leader(self, topic: str, partition: int) -> Partition | None:
+        p = self.partitions.get((topic, partition))
+        return p if p is not None and p.is_leader else None
+
+    def _open(self, state, topic_id, log_config) -> Partition:
+        key = (state.topic, state.partition)
+        p = self.partitions.get(key)
+        if p is None:
+            lg = self.log_manager.get_or_create_log(state.topic, state.partition, log_config)
+            hw = self.log_manager.loaded_high_watermarks.get(key)
+            p = self.partitions[key] = Partition(state.topic, state.partition, topic_id, lg, self.node_id,
+                                                 -1, tuple(state.replicas), high_watermark=hw)
+        return p
+
+    def apply_states(self, controller_epoch: int, states, topic_ids: dict, log_config_for, leaders: dict) -> dict:
+        """LeaderAndIsr: become leader or follower of each partition; ``leaders`` maps broker id to
+        (host, port). Returns {(topic, partition): error}."""
+        if controller_epoch < self.controller_epoch:
+            return {(s.topic, s.partition): STALE_CONTROLLER_EPOCH for s in states}
+        self.controller_epoch = controller_epoch
+        errors, became_leader, became_follower = {}, [], []
+        for s in states:
+            key = (s.topic, s.partition)
+            if self.node_id not in s.replicas:
+                errors[key] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            try:
+                p = self._open(s, topic_ids.get(s.topic), log_config_for(s.topic))
+                was_leader = p.is_leader
+                if s.leader == self.node_id:
+                    if p.make_leader(s):
+                        became_leader.append(p)
+                elif p.make_follower(s):
+                    became_follower.append(p)
+                    if was_leader:
+                        self._fail_acks(key)
+                errors[key] = 0
+            except Exception as exc:  # one bad partition must not stop the others
+                log.exception("cannot apply the state of %s-%d", *key)
+                errors[key] = error_code(exc)
+        if self.fetchers is not None:
+            self.fetchers.remove([(p.topic, p.index) for p in became_leader])
+            self.fetchers.add([p for p in became_follower if p.leader_id >= 0], leaders)
+        for p in became_leader + became_follower:
+            self._wake({(p.topic, p.index)})
+            for listener in self.listeners:
+                listener.on_leadership((p.topic, p.index), p.is_leader)
+        return errors
+
+    def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         key = (topic, partition)
-        if key not in self.partitions:
-            lg = self.log_manager.get_or_create_log(topic, partition, log_config)
-            self.partitions[key] = Partition(topic, partition, topic_id, lg, self.node_id, leader_epoch)
-        return self.partitions[key]
+        if self.fetchers is not None:
+            self.fetchers.remove([key])
+        p = self.partitions.get(key)
+        if p is not None:
+            self._fail_acks(key)
+            for listener in self.listeners:
+                listener.on_leadership(key, False)
+        if delete:
+            self.delete_partition(topic, partition)
+        elif p is not None:
+            p.resign()
+
+    def resign_all(self) -> None:
+        """The ZooKeeper session is gone: acknowledge nothing as leader until the controller says so."""
+        for key, p in self.partitions.items():
+            if p.is_leader:
+                p.resign()
+                self._fail_acks(key)
+                for listener in self.listeners:
+                    listener.on_leadership(key, False)
 
     def delete_partition(self, topic: str, partition: int) -> None:
         self.partitions.pop((topic, partition), None)
         self.log_manager.delete_log(topic, partition)
 
+    def start(self) -> None:
+        self._isr_task = asyncio.get_running_loop().create_task(self._maintain_isr_forever())
+
     def shutdown(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
         for p in self.partitions.values():
             self.log_manager.high_watermarks[(p.topic, p.index)] = p.high_watermark
             p.close()
@@ -102,15 +187,78 @@ class ReplicaManager:
             self._wake(appended)
         return out
 
+    def pending_acks(self, outcomes: dict) -> dict:
+        """Of appended outcomes, those whose records the high watermark does not cover yet."""
+        waits = {}
+        for key, o in outcomes.items():
+            if o.error == 0 and o.result is not None:
+                p = self.partitions.get(key)
+                if p is not None and p.high_watermark <= o.result.last_offset:
+                    waits[key] = o.result.last_offset + 1
+        return waits
+
+    async def wait_for_acks(self, waits: dict, timeout_ms: int) -> dict:
+        """Wait until every partition's HW reaches its offset; {key: error} (0, 7, 6 or 20)."""
+        loop = asyncio.get_running_loop()
+        futures = {}
+        for key, offset in waits.items():
+            fut = loop.create_future()
+            self._acks.setdefault(key, []).append((offset, fut))
+            futures[key] = fut
+        if futures:
+            await asyncio.wait(futures.values(), timeout=max(timeout_ms, 0) / 1000)
+        errors = {}
+        for key, fut in futures.items():
+            if fut.done():
+                errors[key] = fut.result()
+            else:
+                fut.cancel()
+                errors[key] = REQUEST_TIMED_OUT
+                waiting = self._acks.get(key)
+                if waiting:
+                    self._acks[key] = [w for w in waiting if w[1] is not fut]
+        return errors
+
+    def _complete_acks(self, p: Partition) -> None:
+        key = (p.topic, p.index)
+        waiting = self._acks.get(key)
+        if not waiting:
+            return
+        keep = []
+        enough = 0 if len(p.isr) >= self.min_insync_replicas else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        for offset, fut in waiting:
+            if fut.done():
+                continue
+            if offset <= p.high_watermark:
+                fut.set_result(enough)
+            else:
+                keep.append((offset, fut))
+        if keep:
+            self._acks[key] = keep
+        else:
+            del self._acks[key]
+
+    def _fail_acks(self, key) -> None:
+        for _, fut in self._acks.pop(key, ()):
+            if not fut.done():
+                fut.set_result(NOT_LEADER_OR_FOLLOWER)
+
+    def high_watermark_moved(self, p: Partition) -> None:
+        self._complete_acks(p)
+        self._wake({(p.topic, p.index)})
+
     # ---- fetch ----------------------------------------------------------------------------
 
     async def fetch(self, requests: list[FetchRequestPartition], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int, committed_only: bool) -> list[FetchResult]:
+                    max_bytes: int, committed_only: bool, replica_id: int = -1) -> list[FetchResult]:
         """Read every partition; wait up to ``max_wait_ms`` for ``min_bytes`` unless an error is due."""
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         keys = {(r.topic, r.partition) for r in requests}
         while True:
-            results, total = self.read(requests, max_bytes, committed_only)
+            if replica_id >= 0:
+                results, total = self.read_for_follower(replica_id, requests, max_bytes)
+            else:
+                results, total = self.read(requests, max_bytes, committed_only)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or self._stopping or any(r.error for r in results):
                 return results
@@ -134,7 +282,7 @@ class ReplicaManager:
                 results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                partition.check_leader_epoch(req.current_leader_epoch)
+                partition.check_leader(req.current_leader_epoch)
                 budget = min(req.max_bytes, max(max_bytes - total, 0))
                 records = partition.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
             except BrokerError as exc:
@@ -144,6 +292,31 @@ class ReplicaManager:
             total += records.length
             results.append(FetchResult(0, partition.high_watermark, partition.last_stable_offset,
                                        partition.log_start_offset, records if records.length else None))
+        return results, total
+
+    def read_for_follower(self, replica_id: int, requests: list[FetchRequestPartition], max_bytes: int):
+        """A follower's fetch: its fetch offset is its log end; reads go up to our log end."""
+        results, total, now = [], 0, monotonic_ms()
+        for req in requests:
+            p = self.partitions.get((req.topic, req.partition))
+            if p is None:
+                results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            try:
+                p.check_leader(req.current_leader_epoch)
+                if replica_id not in p.replicas:
+                    raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {req.topic}-{req.partition}")
+                budget = min(req.max_bytes, max(max_bytes - total, 0))
+                records = p.read_for_follower(req.fetch_offset, budget)
+                if p.update_follower(replica_id, req.fetch_offset, now):
+                    self.high_watermark_moved(p)
+                self._maybe_expand_isr(p)
+            except BrokerError as exc:
+                results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
+                continue
+            total += records.length
+            results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                                       records if records.length else None))
         return results, total
 
     def stop_waiting(self) -> None:
@@ -158,6 +331,49 @@ class ReplicaManager:
             if not future.done() and waiting & keys:
                 future.set_result(None)
 
+    # ---- ISR --------------------------------------------------------------------------------
+
+    def _maybe_expand_isr(self, p: Partition) -> None:
+        if self.isr_writer is None or p.isr_change_in_flight:
+            return
+        joining = p.isr_to_expand()
+        if joining is not None:
+            self._change_isr(p, tuple(r for r in p.replicas if r in p.isr or r == joining))
+
+    def _change_isr(self, p: Partition, new_isr: tuple) -> None:
+        p.isr_change_in_flight = True
+
+        async def write():
+            try:
+                if await self.isr_writer(p, new_isr):
+                    p.maybe_increment_high_watermark()  # a smaller ISR may let it move
+                    self.high_watermark_moved(p)
+            except Exception:
+                log.exception("ISR change of %s-%d failed", p.topic, p.index)
+            finally:
+                p.isr_change_in_flight = False
+        asyncio.get_running_loop().create_task(write())
+
+    def maybe_shrink_isr(self) -> None:
+        if self.isr_writer is None:
+            return
+        now = monotonic_ms()
+        for p in list(self.partitions.values()):
+            if not p.is_leader or p.isr_change_in_flight:
+                continue
+            out = p.isr_to_shrink(now, self.replica_lag_time_max_ms)
+            if out:
+                log.info("%s-%d: shrinking the ISR %s: %s lagging", p.topic, p.index, list(p.isr), list(out))
+                self._change_isr(p, tuple(r for r in p.isr if r not in out))
+
+    async def _maintain_isr_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.replica_lag_time_max_ms / 2000, 0.05))
+            try:
+                self.maybe_shrink_isr()
+            except Exception:
+                log.exception("ISR check failed")
+
     # ---- offsets --------------------------------------------------------------------------
 
     def list_offset(self, topic: str, partition: int, timestamp: int, current_leader_epoch: int,
@@ -167,7 +383,7 @@ class ReplicaManager:
         if p is None:
             return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
         try:
-            p.check_leader_epoch(current_leader_epoch)
+            p.check_leader(current_leader_epoch)
             offset, ts = p.offset_for_timestamp(timestamp, committed_only)
         except BrokerError as exc:
             return exc.code, -1, -1, -1
@@ -178,6 +394,8 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             return UNKNOWN_TOPIC_OR_PARTITION, -1
+        if not p.is_leader:
+            return NOT_LEADER_OR_FOLLOWER, -1
         try:
             return 0, p.delete_records(offset)
         except OffsetOutOfRangeError as exc:

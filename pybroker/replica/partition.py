@@ -1,12 +1,14 @@
 """One partition replica on this broker: its log and its leadership state.
 
-Carries leader epoch, log end offset, high watermark and ISR from day one. With one
-replica the ISR is this broker alone and the high watermark follows the log end offset
-at every append; a follower fetcher will move it for larger replica sets without this
-class changing shape.
+As leader it tracks each follower's log end offset and when it was last caught up; the high
+watermark (HW) is the smallest log end offset over the in-sync replicas (ISR) and only grows.
+As follower it copies the leader's batches byte for byte (offsets and leader epochs kept) and
+takes the HW the leader reports, capped by its own log end. A replica factor of one is the same
+code with an ISR of one: the HW follows every append.
 """
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
@@ -16,6 +18,10 @@ from pybroker.replica.producer_state import ProducerStateManager
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
+
+
+class NotLeaderOrFollowerError(BrokerError):
+    code = 6  # NOT_LEADER_OR_FOLLOWER
 
 
 class FencedLeaderEpochError(BrokerError):
@@ -37,23 +43,48 @@ class ProduceResult:
     log_start_offset: int
     duplicate: bool = False
     flushed: object = None  # a Future: acknowledge only once it is done (flush.messages reached)
+    last_offset: int = -1
+
+
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica)."""
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+
+    def __init__(self, now_ms: int, in_sync: bool):
+        self.log_end_offset = -1  # unknown until it fetches from this leader
+        self.last_caught_up_ms = now_ms if in_sync else 0
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = 0
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class Partition:
     def __init__(self, topic: str, index: int, topic_id, log, node_id: int, leader_epoch: int = 0,
-                 replicas: tuple[int, ...] | None = None):
+                 replicas: tuple[int, ...] | None = None, high_watermark: int | None = None):
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.log = log
         self.node_id = node_id
-        self.leader_id = node_id
+        self.leader_id = -1  # set by make_leader / make_follower
         self.leader_epoch = leader_epoch
-        self.replicas = replicas or (node_id,)
+        self.replicas = tuple(replicas or (node_id,))
         self.isr = (node_id,)
+        self.zk_version = 0
+        self.controller_epoch = 0
+        self.followers: dict[int, FollowerState] = {}
+        self.isr_change_in_flight = False
         self.producers = ProducerStateManager(log.directory)
         self.producers.load(log)
-        self.high_watermark = log.log_end_offset  # one replica: everything written is replicated
+        end = log.log_end_offset
+        self.high_watermark = end if high_watermark is None else max(min(high_watermark, end), log.log_start_offset)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.node_id
 
     @property
     def log_end_offset(self) -> int:
@@ -63,6 +94,37 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    # ---- role changes -----------------------------------------------------------------------
+
+    def make_leader(self, state) -> bool:
+        """Become leader in ``state``'s epoch (a PartitionState); False when the epoch is stale."""
+        if state.leader_epoch < self.leader_epoch and self.leader_id >= 0:
+            return False
+        now = monotonic_ms()
+        self.leader_id, self.leader_epoch = self.node_id, state.leader_epoch
+        self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
+        self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
+        self.followers = {r: FollowerState(now, r in self.isr) for r in self.replicas if r != self.node_id}
+        self.isr_change_in_flight = False
+        self.log.epochs.assign(state.leader_epoch, self.log_end_offset)
+        self.maybe_increment_high_watermark()
+        return True
+
+    def make_follower(self, state) -> bool:
+        """Follow ``state.leader``; False when the epoch is stale. Truncation is the fetcher's job."""
+        if state.leader_epoch < self.leader_epoch and self.leader_id >= 0:
+            return False
+        self.leader_id, self.leader_epoch = state.leader, state.leader_epoch
+        self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
+        self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
+        self.followers = {}
+        return True
+
+    def resign(self) -> None:
+        """Stop acting as leader (ZooKeeper session lost): no acknowledged writes until told again."""
+        if self.is_leader:
+            self.leader_id = -1
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """A client's view of the leader epoch must match ours (-1: it has none)."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
@@ -71,10 +133,17 @@ class Partition:
             raise FencedLeaderEpochError(f"epoch {current_leader_epoch} is older than {self.leader_epoch}")
         raise UnknownLeaderEpochError(f"epoch {current_leader_epoch} is newer than {self.leader_epoch}")
 
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        self.check_leader_epoch(current_leader_epoch)
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
+
     # ---- produce --------------------------------------------------------------------------
 
     def append_as_leader(self, records, required_acks: int, min_insync_replicas: int) -> ProduceResult:
         """Validate and append a produce request's records for this partition."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
         if required_acks == -1 and len(self.isr) < min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{len(self.isr)} in-sync replicas, min.insync.replicas={min_insync_replicas}")
@@ -85,7 +154,8 @@ class Partition:
                 if duplicate is not None:
                     if len(batches) != 1:
                         raise BrokerError("a duplicate batch must come alone")
-                    return ProduceResult(duplicate[0], -1, self.log_start_offset, duplicate=True)
+                    return ProduceResult(duplicate[0], -1, self.log_start_offset, duplicate=True,
+                                         last_offset=duplicate[1])
         # the headers as sent: the append rewrites base offsets in place
         sent = [(info, info.last_offset_delta) for _, info in batches]
         result = self.log.append_validated(batches, leader_epoch=self.leader_epoch)
@@ -95,21 +165,98 @@ class Partition:
             offset += delta + 1
         self.maybe_increment_high_watermark()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
-                             flushed=result.flushed)
+                             flushed=result.flushed, last_offset=result.last_offset)
 
     def maybe_increment_high_watermark(self) -> bool:
-        """The high watermark is the smallest log end offset in the ISR (here: ours)."""
+        """Leader: HW = the smallest log end offset over the ISR; never moves back."""
         new = self.log.log_end_offset
+        for r in self.isr:
+            if r != self.node_id:
+                f = self.followers.get(r)
+                if f is None or f.log_end_offset < 0:
+                    return False  # an in-sync follower we have not heard from since taking over
+                new = min(new, f.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
             return True
         return False
+
+    # ---- the leader's view of its followers -------------------------------------------------
+
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end); True when the HW moved."""
+        f = self.followers.get(replica_id)
+        if f is None:
+            return False
+        leo = self.log_end_offset
+        if fetch_offset >= leo:
+            f.last_caught_up_ms = now_ms
+        elif fetch_offset >= f.last_fetch_leader_leo >= 0:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.last_fetch_leader_leo, f.last_fetch_ms = leo, now_ms
+        f.log_end_offset = fetch_offset
+        return self.maybe_increment_high_watermark()
+
+    def isr_to_expand(self) -> int | None:
+        """A follower outside the ISR that reached the HW within this leader's epoch (Kafka's rule)."""
+        epoch_start = self._epoch_start()
+        for r, f in self.followers.items():
+            if r not in self.isr and f.log_end_offset >= self.high_watermark and f.log_end_offset >= epoch_start:
+                return r
+        return None
+
+    def isr_to_shrink(self, now_ms: int, lag_ms: int) -> tuple:
+        """In-sync followers that have not caught up for ``lag_ms``."""
+        return tuple(r for r in self.isr if r != self.node_id
+                     and now_ms - self.followers[r].last_caught_up_ms > lag_ms) if self.followers else ()
+
+    def _epoch_start(self) -> int:
+        for epoch, start in reversed(self.log.epochs.entries):
+            if epoch == self.leader_epoch:
+                return start
+        return self.log_end_offset
+
+    # ---- follower ---------------------------------------------------------------------------
+
+    def append_as_follower(self, records) -> int:
+        """Append the leader's batches as they are; the new log end offset."""
+        batches = self.log.validate(records, allow_control=True)
+        sent = [info for _, info in batches]
+        self.log.append_validated(batches, leader_epoch=-1, assign_offsets=False)
+        for info in sent:  # idempotence survives failover: followers know every producer
+            self.producers.update(info, info.base_offset, info.base_offset + info.last_offset_delta,
+                                  info.max_timestamp)
+        return self.log_end_offset
+
+    def update_follower_high_watermark(self, leader_hw: int) -> None:
+        new = min(leader_hw, self.log_end_offset)
+        if new > self.high_watermark:
+            self.high_watermark = new
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at ``offset`` (a follower's divergence point); producer state is rebuilt."""
+        if offset >= self.log_end_offset:
+            return
+        log.info("%s-%d: truncating from %d to %d", self.topic, self.index, self.log_end_offset, offset)
+        self.log.truncate_to(offset)
+        self.producers.rebuild(self.log)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self.log.lock:
+            self.log._truncate_fully_and_start_at(offset)
+        self.producers.rebuild(self.log)
+        self.high_watermark = offset
 
     # ---- fetch ----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, committed_only: bool, min_one_batch: bool):
         """A slice for a consumer: never past the high watermark (no transactions: LSO == HW)."""
         return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+
+    def read_for_follower(self, offset: int, max_bytes: int):
+        """A slice for a follower: up to the log end, not only the high watermark."""
+        return self.log.read(offset, max_bytes, max_offset=None, min_one_batch=True)
 
     @property
     def last_stable_offset(self) -> int:

@@ -4,6 +4,7 @@ Ids are handed out from blocks; the end of the current block is written (fsynced
 ``producer-id-block`` in the log dir before any id from it is used, so a crash can skip
 ids but never reuse one.
 """
+import asyncio
 import os
 
 from pybroker.log.checkpoint import fsync_dir
@@ -38,3 +39,21 @@ class ProducerIdManager:
         os.replace(tmp, self.path)
         fsync_dir(os.path.dirname(self.path))
         self._block_end = end
+
+
+class ZkProducerIds:
+    """Producer ids on a cluster: blocks reserved in ZooKeeper (``/latest_producer_id_block``), so
+    no two brokers ever hand out the same id."""
+
+    def __init__(self, zk, broker_id: int):
+        self.zk = zk
+        self.broker_id = broker_id
+        self._next = 0
+        self._end = -1  # inclusive
+
+    async def allocate(self) -> int:
+        if self._next > self._end:
+            self._next, self._end = await asyncio.to_thread(self.zk.allocate_producer_id_block, self.broker_id, BLOCK)
+        pid = self._next
+        self._next += 1
+        return pid

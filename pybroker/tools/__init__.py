@@ -1,5 +1,5 @@
 """Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``,
-``groups``.
+``groups``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
 
 Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
 The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
@@ -100,3 +100,13 @@ def add_commands(sub) -> None:
     p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
                    help="timeout for each broker request (default 30000)")
     p.set_defaults(func=_runner("groups"))
+
+    p = sub.add_parser("dev-cluster", help="run a local cluster for development: ZooKeeper and N brokers")
+    p.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default 3)")
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="use this ZooKeeper (default: start one from Debian's zookeeper package)")
+    p.add_argument("--dir", default="pybroker-cluster",
+                   help="data and logs of ZooKeeper and the brokers (default ./pybroker-cluster)")
+    p.add_argument("--base-port", type=int, default=9092, metavar="PORT",
+                   help="broker i listens on 127.0.0.1:PORT+i-1 (default 9092)")
+    p.set_defaults(func=_runner("dev_cluster"))

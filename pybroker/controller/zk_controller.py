@@ -1,0 +1,431 @@
+"""The cluster controller (Kafka's ZooKeeper-mode KafkaController), a role any broker may win.
+
+Election: the first broker to create the ephemeral ``/controller`` wins and bumps
+``/controller_epoch``; every later write of its term is fenced by that znode's version, so a
+deposed controller writes nothing. One event queue, one consumer: ZooKeeper watches (kazoo
+threads) only enqueue; the loop task handles one event at a time.
+
+Leader election: the first live ISR member in assignment order; never a replica outside the ISR
+while unclean.leader.election.enable is false (then the partition stays offline, and its last ISR
+is kept so the first of them to return leads). Each change bumps the leader epoch and is written
+conditionally on the state znode's version, then sent as LeaderAndIsr to the replicas and as
+UpdateMetadata to every live broker.
+"""
+import asyncio
+import base64
+import logging
+import uuid
+from dataclasses import replace
+
+from pybroker.controller import zk as zkpaths
+from pybroker.controller.channel import ControllerChannel
+from pybroker.controller.metadata_cache import PartitionState
+from pybroker.controller.zk import ControllerMovedError, LeaderIsr, encode_state, state_path
+from pybroker.protocol.messages import REQUESTS
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR, LEADER_AND_ISR_VERSION = 4, 5
+UPDATE_METADATA, UPDATE_METADATA_VERSION = 6, 7
+STOP_REPLICA, STOP_REPLICA_VERSION = 5, 3
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2
+
+
+def topic_uuid(topic_id: str | None) -> uuid.UUID:
+    if not topic_id:
+        return uuid.UUID(int=0)
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+def elect_leader(replicas, isr, live, unclean: bool) -> tuple[int, tuple]:
+    """(leader, isr) after ``live`` changed: Kafka's offline-partition election."""
+    live_isr = tuple(r for r in isr if r in live)
+    for r in replicas:
+        if r in live_isr:
+            return r, live_isr
+    if unclean:
+        for r in replicas:
+            if r in live:
+                log.warning("unclean leader election: %d was not in the ISR %s", r, list(isr))
+                return r, (r,)
+    return NO_LEADER, tuple(isr)  # offline; the last ISR stays, so one of them leads when back
+
+
+class ZkController:
+    def __init__(self, broker, zk):
+        self.broker = broker
+        self.zk = zk
+        self.config = broker.config
+        self.node_id = broker.node_id
+        self.loop = None
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.active = False
+        self.epoch = 0
+        self.epoch_version = -1
+        self.live: dict = {}         # broker id -> BrokerInfo
+        self.assignments: dict = {}  # topic -> {partition: [replicas]}
+        self.topic_ids: dict = {}    # topic -> base64 id
+        self.states: dict = {}       # (topic, partition) -> LeaderIsr
+        self.deleting: set = set()
+        self.channel = None
+        self._task = None
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def enqueue(self, event: str, *args) -> None:
+        """Thread-safe: called from kazoo's watch threads."""
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (event, args))
+
+    async def _zk(self, fn, *args):
+        return await asyncio.to_thread(fn, *args)
+
+    async def startup(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._task = self.loop.create_task(self._run())
+        await asyncio.to_thread(self._watch)  # the first read of each watch blocks
+
+    def _watch(self) -> None:
+        kz = self.zk.kazoo
+        kz.DataWatch(zkpaths.CONTROLLER, lambda data, stat: self.enqueue("elect"))
+        kz.ChildrenWatch(zkpaths.BROKER_IDS, lambda children: self.enqueue("brokers"))
+        kz.ChildrenWatch(zkpaths.TOPICS, lambda children: self.enqueue("topics"))
+        kz.ChildrenWatch(zkpaths.DELETE_TOPICS, lambda children: self.enqueue("delete"))
+        kz.ChildrenWatch(zkpaths.ISR_CHANGES, lambda children: self.enqueue("isr"))
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        await self._resign()
+
+    async def _run(self) -> None:
+        handlers = {"elect": self._elect, "brokers": self._brokers_changed, "topics": self._topics_changed,
+                    "delete": self._delete_topics, "isr": self._isr_changed, "resign": self._resign,
+                    "partitions": self._topics_changed}
+        while True:
+            event, args = await self.events.get()
+            if event != "elect" and event != "resign" and not self.active:
+                continue
+            try:
+                await handlers[event](*args)
+            except ControllerMovedError as exc:
+                log.warning("no longer the controller: %s", exc)
+                await self._resign()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller event %s failed", event)
+
+    # ---- election ---------------------------------------------------------------------------
+
+    async def _elect(self) -> None:
+        current = await self._zk(self.zk.controller_id)
+        if current == self.node_id and self.active:
+            return
+        if current is not None:
+            if self.active:
+                await self._resign()
+            return
+        if not await self._zk(self.zk.try_become_controller, self.node_id):
+            return
+        try:
+            self.epoch, self.epoch_version = await self._zk(self.zk.increment_controller_epoch)
+        except ControllerMovedError:
+            return
+        log.info("broker %d is the controller (epoch %d)", self.node_id, self.epoch)
+        self.active = True
+        self.channel = ControllerChannel(self.node_id, self.config.controller_socket_timeout_ms / 1000)
+        await self._load_cluster()
+
+    async def _resign(self) -> None:
+        if self.active:
+            log.info("broker %d resigns as controller", self.node_id)
+        self.active = False
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+
+    async def _load_cluster(self) -> None:
+        """A new controller reads everything, elects where needed and tells every broker."""
+        self.live = await self._zk(self.zk.brokers)
+        self.channel.set_brokers(self._addresses())
+        self.assignments, self.topic_ids, self.states = {}, {}, {}
+        for name in await self._zk(self.zk.topic_names):
+            await self._read_topic(name)
+        self.deleting = set()
+        await self._initialize_new_partitions()
+        changed = await self._elect_offline(set(self.live))
+        self._send_leader_and_isr(list(self.states), self.live)
+        self._send_update_metadata(list(self.states))
+        log.info("controller loaded %d topics, %d partitions, brokers %s (%d leaders changed)",
+                 len(self.assignments), len(self.states), sorted(self.live), len(changed))
+        await self._delete_topics()
+        await self._isr_changed()
+
+    async def _read_topic(self, name: str) -> None:
+        found = await self._zk(self.zk.topic, name)
+        if found is None:
+            return
+        topic_id, assignment, _ = found
+        self.assignments[name], self.topic_ids[name] = assignment, topic_id
+        for p in assignment:
+            state = await self._zk(self.zk.partition_state, name, p)
+            if state is not None:
+                self.states[(name, p)] = state
+
+    # ---- events -----------------------------------------------------------------------------
+
+    async def _brokers_changed(self) -> None:
+        now = await self._zk(self.zk.brokers)
+        old = self.live
+        dead = {b for b in old if b not in now or now[b].epoch != old[b].epoch}
+        new = {b for b in now if b not in old or now[b].epoch != old[b].epoch}
+        if not dead and not new:
+            return
+        log.info("brokers changed: live %s, gone %s, new %s", sorted(now), sorted(dead - set(now)), sorted(new))
+        self.live = now
+        self.channel.set_brokers(self._addresses())
+        live = set(now)
+        changed = set()
+        if dead:  # a bounced broker (new epoch) counts as gone first: it rejoins the ISR by catching up
+            changed |= await self._remove_from_isr(dead)
+        changed |= await self._elect_offline(live)
+        self._send_update_metadata(list(self.states))
+        if new:  # a (re)started broker learns every partition it hosts, as follower or leader
+            mine = [k for k, r in self._replicas_items() if set(r) & new]
+            self._send_leader_and_isr(mine, {b: now[b] for b in new})
+        if changed:
+            self._send_leader_and_isr(sorted(changed), self.live)
+
+    def _replicas_items(self):
+        for topic, assignment in self.assignments.items():
+            for p, replicas in assignment.items():
+                yield (topic, p), replicas
+
+    async def _remove_from_isr(self, gone: set) -> set:
+        """Gone brokers leave every ISR (a gone leader: a new one from the live ISR)."""
+        changed = set()
+        for key, replicas in list(self._replicas_items()):
+            s = self.states.get(key)
+            if s is None or not (set(s.isr) & gone or s.leader in gone):
+                continue
+            live = set(self.live) - gone
+            if s.leader in gone or s.leader == NO_LEADER:
+                leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
+            else:
+                leader, isr = s.leader, tuple(r for r in s.isr if r not in gone)
+            if await self._write_state(key, leader, isr, s):
+                changed.add(key)
+        return changed
+
+    async def _elect_offline(self, live: set) -> set:
+        changed = set()
+        for key, replicas in list(self._replicas_items()):
+            s = self.states.get(key)
+            if s is None or s.leader in live:
+                continue
+            leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
+            if leader == NO_LEADER and s.leader == NO_LEADER:
+                continue
+            if await self._write_state(key, leader, isr, s):
+                changed.add(key)
+        return changed
+
+    async def _write_state(self, key, leader: int, isr: tuple, old: LeaderIsr) -> bool:
+        """A new leader epoch, written behind the controller-epoch check; retried on a newer version."""
+        for _ in range(5):
+            new = LeaderIsr(leader, old.leader_epoch + 1, tuple(isr), self.epoch, old.version)
+            results = await self._zk(self.zk.fenced, self.epoch_version,
+                                     [lambda tx, k=key, n=new: tx.set_data(state_path(*k), encode_state(n), n.version)])
+            if not isinstance(results[0], Exception):
+                self.states[key] = replace(new, version=results[0].version)
+                if leader == NO_LEADER:
+                    log.warning("%s-%d is offline: no live in-sync replica (ISR %s)", *key, list(isr))
+                return True
+            fresh = await self._zk(self.zk.partition_state, *key)  # a leader changed the ISR meanwhile
+            if fresh is None:
+                return False
+            self.states[key] = old = fresh
+            replicas = self.assignments[key[0]][key[1]]
+            if leader not in fresh.isr and leader != NO_LEADER:
+                leader, isr = elect_leader(replicas, fresh.isr, set(self.live), self.config.unclean_leader_election_enable)
+            else:
+                isr = tuple(r for r in fresh.isr if r in self.live) or fresh.isr
+        return False
+
+    async def _topics_changed(self) -> None:
+        names = set(await self._zk(self.zk.topic_names))
+        for gone in set(self.assignments) - names:
+            self._forget_topic(gone)
+        for name in names:
+            found = await self._zk(self.zk.topic, name)
+            if found is None:
+                continue
+            topic_id, assignment, _ = found
+            if assignment != self.assignments.get(name):
+                self.assignments[name], self.topic_ids[name] = assignment, topic_id
+        await self._initialize_new_partitions()
+
+    async def _initialize_new_partitions(self) -> None:
+        """New topics and partitions: leader = first live replica, ISR = the live replicas."""
+        created = []
+        for key, replicas in list(self._replicas_items()):
+            if key in self.states or key[0] in self.deleting:
+                continue
+            existing = await self._zk(self.zk.partition_state, *key)
+            if existing is not None:
+                self.states[key] = existing
+                created.append(key)
+                continue
+            live = [r for r in replicas if r in self.live]
+            state = LeaderIsr(live[0] if live else NO_LEADER, 0, tuple(live or replicas), self.epoch, 0)
+            await self._zk(self.zk.kazoo.ensure_path, f"{zkpaths.TOPICS}/{key[0]}/partitions/{key[1]}")
+            results = await self._zk(self.zk.fenced, self.epoch_version,
+                                     [lambda tx, k=key, s=state: tx.create(state_path(*k), encode_state(s))])
+            if isinstance(results[0], Exception):
+                self.states[key] = await self._zk(self.zk.partition_state, *key)
+            else:
+                self.states[key] = state
+            created.append(key)
+        if created:
+            self._send_leader_and_isr(created, self.live, is_new=True)
+            self._send_update_metadata(created)
+
+    async def _delete_topics(self) -> None:
+        for name in await self._zk(self.zk.topics_to_delete):
+            keys = [k for k in self.states if k[0] == name]
+            self.deleting.add(name)
+            by_broker = {}
+            for key in keys:
+                for r in self.assignments.get(name, {}).get(key[1], ()):
+                    by_broker.setdefault(r, []).append(key)
+            for bid, ks in by_broker.items():
+                if bid in self.live:
+                    self._send_stop_replica(bid, ks, delete=True)
+            await self._zk(self._delete_topic_znodes, name)
+            self._forget_topic(name)
+            self._send_update_metadata([], deleted=[name])
+            self.deleting.discard(name)
+            log.info("deleted topic %s", name)
+
+    def _delete_topic_znodes(self, name: str) -> None:
+        kz = self.zk.kazoo
+        paths = []
+
+        def walk(path):
+            for child in kz.get_children(path):
+                walk(f"{path}/{child}")
+            paths.append(path)
+        if kz.exists(f"{zkpaths.TOPICS}/{name}"):
+            walk(f"{zkpaths.TOPICS}/{name}")
+        for extra in (f"{zkpaths.CONFIG_TOPICS}/{name}", f"{zkpaths.DELETE_TOPICS}/{name}"):
+            if kz.exists(extra):
+                paths.append(extra)
+        results = self.zk.fenced(self.epoch_version, [lambda tx, p=p: tx.delete(p) for p in paths])
+        if any(isinstance(r, Exception) for r in results):
+            raise RuntimeError(f"could not delete the znodes of topic {name}: {results}")
+
+    def _forget_topic(self, name: str) -> None:
+        self.assignments.pop(name, None)
+        self.topic_ids.pop(name, None)
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+
+    async def _isr_changed(self) -> None:
+        children = await self._zk(self.zk.isr_change_notifications)
+        keys = set()
+        for child in children:
+            keys.update(await self._zk(self.zk.read_isr_change, child))
+        for key in keys:
+            if key[0] in self.assignments:
+                fresh = await self._zk(self.zk.partition_state, *key)
+                if fresh is not None:
+                    self.states[key] = fresh
+        for child in children:
+            await self._zk(self.zk.delete_isr_change, child)
+        if keys:
+            self._send_update_metadata([k for k in keys if k in self.states])
+
+    # ---- requests to brokers ----------------------------------------------------------------
+
+    def _addresses(self) -> dict:
+        out = {}
+        name = self.config.inter_broker_listener.name
+        for bid, info in self.live.items():
+            ep = info.endpoints.get(name) or next(iter(info.endpoints.values()), None)
+            if ep is not None:
+                out[bid] = ep
+        return out
+
+    def partition_state(self, key) -> PartitionState:
+        s = self.states[key]
+        replicas = tuple(self.assignments[key[0]][key[1]])
+        return PartitionState(key[0], key[1], s.leader, s.leader_epoch, s.isr, replicas, s.controller_epoch,
+                              s.version, tuple(r for r in replicas if r not in self.live))
+
+    def _send_leader_and_isr(self, keys, brokers, is_new: bool = False) -> None:
+        req_cls = REQUESTS[LEADER_AND_ISR]
+        addresses = self._addresses()
+        per_broker: dict = {}
+        for key in keys:
+            if key not in self.states:
+                continue
+            for r in self.assignments[key[0]][key[1]]:
+                if r in brokers:
+                    per_broker.setdefault(r, []).append(key)
+        for bid, ks in per_broker.items():
+            topics: dict = {}
+            leaders = set()
+            for key in ks:
+                s = self.partition_state(key)
+                leaders.add(s.leader)
+                topics.setdefault(key[0], []).append(req_cls.LeaderAndIsrPartitionState(
+                    topic_name=key[0], partition_index=key[1], controller_epoch=self.epoch, leader=s.leader,
+                    leader_epoch=s.leader_epoch, isr=list(s.isr), partition_epoch=s.zk_version,
+                    replicas=list(s.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new))
+            req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch,
+                          broker_epoch=self.live[bid].epoch, type=0,
+                          topic_states=[req_cls.LeaderAndIsrTopicState(topic_name=t, topic_id=topic_uuid(
+                              self.topic_ids.get(t)), partition_states=ps) for t, ps in topics.items()],
+                          live_leaders=[req_cls.LeaderAndIsrLiveLeader(broker_id=b, host_name=addresses[b][0],
+                                                                       port=addresses[b][1])
+                                        for b in sorted(leaders) if b in addresses])
+            self.channel.send(bid, req, LEADER_AND_ISR_VERSION)
+
+    def _send_update_metadata(self, keys, deleted=()) -> None:
+        req_cls = REQUESTS[UPDATE_METADATA]
+        topics: dict = {}
+        for key in keys:
+            if key not in self.states:
+                continue
+            s = self.partition_state(key)
+            topics.setdefault(key[0], []).append(req_cls.UpdateMetadataPartitionState(
+                topic_name=key[0], partition_index=key[1], controller_epoch=self.epoch, leader=s.leader,
+                leader_epoch=s.leader_epoch, isr=list(s.isr), zk_version=s.zk_version, replicas=list(s.replicas),
+                offline_replicas=list(s.offline)))
+        for name in deleted:
+            topics[name] = [req_cls.UpdateMetadataPartitionState(
+                topic_name=name, partition_index=0, controller_epoch=self.epoch, leader=LEADER_DURING_DELETE,
+                leader_epoch=0, isr=[], zk_version=0, replicas=[], offline_replicas=[])]
+        brokers = [req_cls.UpdateMetadataBroker(
+            id=bid, endpoints=[req_cls.UpdateMetadataEndpoint(port=port, host=host, listener=name, security_protocol=0)
+                               for name, (host, port) in info.endpoints.items()], rack=info.rack)
+            for bid, info in sorted(self.live.items())]
+        for bid, info in self.live.items():
+            req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch, broker_epoch=info.epoch,
+                          topic_states=[req_cls.UpdateMetadataTopicState(
+                              topic_name=t, topic_id=topic_uuid(self.topic_ids.get(t)), partition_states=ps)
+                              for t, ps in topics.items()], live_brokers=brokers)
+            self.channel.send(bid, req, UPDATE_METADATA_VERSION)
+
+    def _send_stop_replica(self, bid: int, keys, delete: bool) -> None:
+        req_cls = REQUESTS[STOP_REPLICA]
+        topics: dict = {}
+        for t, p in keys:
+            topics.setdefault(t, []).append(req_cls.StopReplicaPartitionState(
+                partition_index=p, leader_epoch=-2 if delete else self.states[(t, p)].leader_epoch,
+                delete_partition=delete))
+        req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch, broker_epoch=self.live[bid].epoch,
+                      topic_states=[req_cls.StopReplicaTopicState(topic_name=t, partition_states=ps)
+                                    for t, ps in topics.items()])
+        self.channel.send(bid, req, STOP_REPLICA_VERSION)

@@ -1,0 +1,210 @@
+"""Follower side of replication: one fetcher per (leader broker, fetcher slot) pulling all its partitions.
+
+A partition added to a fetcher first truncates (KIP-101/279): it asks the leader with
+OffsetForLeaderEpoch where its latest leader epoch ended and cuts its log there, never at its
+high watermark. Then the fetcher sends Fetch with replica_id = this broker and appends the
+returned batches as they are. A fenced or unknown epoch drops the partition until the controller
+says more; connection failures back off (replica.fetch.backoff.ms) and reconnect.
+"""
+import asyncio
+import logging
+import struct
+
+from pybroker.client.connection import BrokerConnection
+from pybroker.protocol.messages import REQUESTS
+
+log = logging.getLogger(__name__)
+
+FETCH, FETCH_VERSION = 1, 11
+EPOCH_KEY, EPOCH_VERSION = 23, 3
+OFFSET_OUT_OF_RANGE, NOT_LEADER, UNKNOWN_TOPIC = 1, 6, 3
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+_HEAD = struct.Struct(">qi")
+
+
+def whole_batches(records) -> memoryview:
+    """The leading whole batches of a fetched slice (the leader may cut the last one at max bytes)."""
+    view = memoryview(records).cast("B")
+    pos = 0
+    while pos + 12 <= len(view):
+        size = _HEAD.unpack_from(view, pos)[1] + 12
+        if pos + size > len(view):
+            break
+        pos += size
+    return view[:pos]
+
+
+class ReplicaFetcher:
+    def __init__(self, manager, leader_id: int, address: tuple):
+        self.manager = manager
+        self.leader_id = leader_id
+        self.address = address
+        self.partitions: dict = {}   # (topic, partition) -> Partition
+        self.truncating: set = set()  # keys that must truncate before fetching
+        self.conn = None
+        self.task = None
+        self._wakeup = asyncio.Event()
+
+    def add(self, partitions) -> None:
+        for p in partitions:
+            key = (p.topic, p.index)
+            self.partitions[key] = p
+            self.truncating.add(key)
+        self._wakeup.set()
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, keys) -> None:
+        for key in keys:
+            self.partitions.pop(key, None)
+            self.truncating.discard(key)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def _run(self) -> None:
+        cfg = self.manager.config
+        while self.partitions:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = await BrokerConnection.open(
+                        *self.address, client_id=f"broker-{cfg.node_id}-fetcher-{self.leader_id}",
+                        timeout_s=cfg.replica_socket_timeout_ms / 1000,
+                        request_timeout_s=cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000,
+                        node_id=self.leader_id)
+                if self.truncating:
+                    await self._truncate()
+                    continue
+                await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("fetching from broker %d at %s:%d failed: %s; retrying", self.leader_id, *self.address, exc)
+                if self.conn is not None:
+                    await self.conn.close()
+                    self.conn = None
+                self._wakeup.clear()
+                try:  # a new LeaderAndIsr may wake us sooner
+                    await asyncio.wait_for(self._wakeup.wait(), cfg.replica_fetch_backoff_ms / 1000)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _truncate(self) -> None:
+        req_cls = REQUESTS[EPOCH_KEY]
+        keys = list(self.truncating)
+        topics = {}
+        for key in keys:
+            p = self.partitions[key]
+            epoch = p.log.epochs.latest_epoch
+            if epoch < 0:  # nothing to compare: an empty log (or one without epochs) keeps its end
+                self.truncating.discard(key)
+                continue
+            topics.setdefault(key[0], []).append(req_cls.OffsetForLeaderPartition(
+                partition=key[1], current_leader_epoch=p.leader_epoch, leader_epoch=epoch))
+        if not topics:
+            return
+        req = req_cls(replica_id=self.manager.node_id, topics=[
+            req_cls.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+        resp = await self.conn.request(req, EPOCH_VERSION)
+        for t in resp.topics:
+            for r in t.partitions:
+                key = (t.topic, r.partition)
+                p = self.partitions.get(key)
+                if p is None or key not in self.truncating:
+                    continue
+                if r.error_code in (FENCED_LEADER_EPOCH, NOT_LEADER, UNKNOWN_TOPIC):
+                    self.remove([key])  # the controller will tell us who leads now
+                    continue
+                if r.error_code:
+                    continue  # UNKNOWN_LEADER_EPOCH: the leader has not heard yet; ask again
+                if r.end_offset < 0:
+                    target = p.high_watermark  # the leader knows no epochs: Kafka's fallback
+                elif r.leader_epoch == p.log.epochs.latest_epoch:
+                    target = r.end_offset
+                else:
+                    _, mine = p.end_offset_for_epoch(r.leader_epoch)
+                    target = min(r.end_offset, mine) if mine >= 0 else r.end_offset
+                p.truncate_to(min(target, p.log_end_offset))
+                self.truncating.discard(key)
+        if self.truncating:
+            await asyncio.sleep(self.manager.config.replica_fetch_backoff_ms / 1000 / 10)
+
+    async def _fetch_once(self) -> None:
+        cfg = self.manager.config
+        req_cls = REQUESTS[FETCH]
+        topics = {}
+        for (topic, index), p in self.partitions.items():
+            topics.setdefault(topic, []).append(req_cls.FetchPartition(
+                partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
+                log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
+        req = req_cls(replica_id=self.manager.node_id, max_wait_ms=cfg.replica_fetch_wait_max_ms,
+                      min_bytes=cfg.replica_fetch_min_bytes, max_bytes=max(cfg.replica_fetch_max_bytes, 10 << 20),
+                      isolation_level=0, session_id=0, session_epoch=-1,
+                      topics=[req_cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+                      forgotten_topics_data=[], rack_id="")
+        resp = await self.conn.request(req, FETCH_VERSION)
+        for t in resp.responses:
+            for r in t.partitions:
+                key = (t.topic, r.partition_index)
+                p = self.partitions.get(key)
+                if p is None or key in self.truncating:
+                    continue
+                if r.error_code == 0:
+                    if r.records is not None and len(r.records):
+                        batches = whole_batches(r.records)
+                        if len(batches):
+                            p.append_as_follower(batches)
+                    p.update_follower_high_watermark(r.high_watermark)
+                elif r.error_code == OFFSET_OUT_OF_RANGE:
+                    if p.log_end_offset < r.log_start_offset:
+                        p.truncate_fully_and_start_at(r.log_start_offset)
+                    else:
+                        self.truncating.add(key)  # ahead of the leader: find the divergence again
+                elif r.error_code in (FENCED_LEADER_EPOCH, NOT_LEADER, UNKNOWN_TOPIC):
+                    self.remove([key])
+                elif r.error_code != UNKNOWN_LEADER_EPOCH:
+                    log.warning("fetching %s-%d from broker %d: error %d", *key, self.leader_id, r.error_code)
+        if not resp.responses and resp.error_code:
+            raise RuntimeError(f"fetch error {resp.error_code}")
+
+
+class ReplicaFetcherManager:
+    """Assigns follower partitions to fetchers: one per leader and slot (num.replica.fetchers)."""
+
+    def __init__(self, node_id: int, config):
+        self.node_id = node_id
+        self.config = config
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+
+    def _slot(self, key) -> int:
+        return hash(key) % self.config.num_replica_fetchers
+
+    def add(self, partitions, leaders: dict) -> None:
+        self.remove([(p.topic, p.index) for p in partitions])
+        groups = {}
+        for p in partitions:
+            address = leaders.get(p.leader_id)
+            if address is None:
+                log.warning("no address for broker %d, leader of %s-%d", p.leader_id, p.topic, p.index)
+                continue
+            fid = (p.leader_id, self._slot((p.topic, p.index)))
+            fetcher = self.fetchers.get(fid)
+            if fetcher is None or fetcher.address != address:
+                if fetcher is not None:
+                    asyncio.get_running_loop().create_task(fetcher.stop())
+                fetcher = self.fetchers[fid] = ReplicaFetcher(self, p.leader_id, address)
+            groups.setdefault(fid, []).append(p)
+        for fid, ps in groups.items():
+            self.fetchers[fid].add(ps)
+
+    def remove(self, keys) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(keys)
+
+    async def shutdown(self) -> None:
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
