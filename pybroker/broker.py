@@ -27,6 +27,9 @@ from pybroker.replica.manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 
+FIRST_METADATA_S = 30
+
+
 class ZooKeeperUnavailableError(BrokerError):
     code = -1
 
@@ -54,8 +57,7 @@ class Broker:
         cfg = self.config
         self.log_manager = LogManager(list(cfg.log_dirs), cfg.log,
                                       retention_check_interval_ms=cfg.log_retention_check_interval_ms).startup()
-        self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.min_insync_replicas,
-                                       cfg.replica_lag_time_max_ms)
+        self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.replica_lag_time_max_ms)
         await self._start_listeners()
         # committed offsets load as offsets partitions become led here: no request sees a half-loaded store
         self.offsets = OffsetStore(cfg, self)
@@ -133,6 +135,10 @@ class Broker:
         self.zk.kazoo.add_listener(self._on_zk_state)
         self.zk_controller = ZkController(self, self.zk)
         await self.zk_controller.startup()
+        try:  # ready once the controller has told us the cluster (Metadata would be empty before)
+            await self.metadata.wait_for(lambda: self.node_id in self.metadata.brokers, FIRST_METADATA_S)
+        except asyncio.TimeoutError:
+            log.warning("no metadata from the controller after %d s; serving anyway", FIRST_METADATA_S)
 
     async def _register_in_zk(self) -> None:
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, self.node_id, list(self.advertised),

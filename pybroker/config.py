@@ -98,6 +98,7 @@ _LOG_INTS = {
     "log.index.interval.bytes": (0, INT_MAX),
     "log.index.size.max.bytes": (12, INT_MAX),  # Kafka allows 4; one time-index entry needs 12
     "message.max.bytes": (0, INT_MAX),
+    "min.insync.replicas": (1, INT_MAX),
 }
 _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map",
             "controller.listener.names", "process.roles", "controller.quorum.voters",

@@ -75,6 +75,9 @@ class MetadataCache:
             self._waiters.append(fut)
             await asyncio.wait_for(fut, max(deadline - loop.time(), 0))
 
+    def set_controller(self, controller_id: int) -> None:
+        self.controller_id = controller_id
+
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         meta = self.topics.get(topic)
         return meta.partitions.get(partition) if meta else None

@@ -13,6 +13,7 @@ UpdateMetadata to every live broker.
 """
 import asyncio
 import base64
+import json
 import logging
 import uuid
 from dataclasses import replace
@@ -87,11 +88,20 @@ class ZkController:
 
     def _watch(self) -> None:
         kz = self.zk.kazoo
-        kz.DataWatch(zkpaths.CONTROLLER, lambda data, stat: self.enqueue("elect"))
+        kz.DataWatch(zkpaths.CONTROLLER, self._on_controller)
         kz.ChildrenWatch(zkpaths.BROKER_IDS, lambda children: self.enqueue("brokers"))
         kz.ChildrenWatch(zkpaths.TOPICS, lambda children: self.enqueue("topics"))
         kz.ChildrenWatch(zkpaths.DELETE_TOPICS, lambda children: self.enqueue("delete"))
         kz.ChildrenWatch(zkpaths.ISR_CHANGES, lambda children: self.enqueue("isr"))
+
+    def _on_controller(self, data, stat) -> None:
+        """kazoo thread: the controller changed; Metadata names it at once, then we may run."""
+        try:
+            current = int(json.loads(data)["brokerid"]) if data else -1
+        except (ValueError, KeyError, TypeError):
+            current = -1
+        self.loop.call_soon_threadsafe(self.broker.metadata.set_controller, current)
+        self.enqueue("elect")
 
     async def shutdown(self) -> None:
         if self._task is not None:

@@ -18,6 +18,7 @@ class LogConfig:
     max_message_bytes: int = 1048588                     # max.message.bytes / message.max.bytes
     message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
     cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy (no compaction yet)
+    min_insync_replicas: int = 1                         # min.insync.replicas (topic and broker level)
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -27,7 +28,7 @@ class LogConfig:
         for name in ("segment_ms", "index_interval_bytes", "max_message_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{TOPIC_NAMES[name]} must not be negative")
-        for name in ("flush_messages", "flush_ms"):
+        for name in ("flush_messages", "flush_ms", "min_insync_replicas"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{TOPIC_NAMES[name]} must be at least 1")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
@@ -70,6 +71,7 @@ TOPIC_NAMES = {
     "max_message_bytes": "max.message.bytes",
     "message_timestamp_type": "message.timestamp.type",
     "cleanup_policy": "cleanup.policy",
+    "min_insync_replicas": "min.insync.replicas",
 }
 BROKER_NAMES = {
     "segment_bytes": "log.segment.bytes",
@@ -83,6 +85,7 @@ BROKER_NAMES = {
     "max_message_bytes": "message.max.bytes",
     "message_timestamp_type": "log.message.timestamp.type",
     "cleanup_policy": "log.cleanup.policy",
+    "min_insync_replicas": "min.insync.replicas",
 }
 BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}
 BY_PROPERTY["log.retention.minutes"] = "retention_ms"

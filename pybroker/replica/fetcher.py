@@ -22,8 +22,9 @@ FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 _HEAD = struct.Struct(">qi")
 
 
-def whole_batches(records) -> memoryview:
-    """The leading whole batches of a fetched slice (the leader may cut the last one at max bytes)."""
+def whole_batches(records) -> bytearray:
+    """The leading whole batches of a fetched slice (the leader may cut the last one at max bytes),
+    in a buffer of their own: the append path writes offsets into the batches it is given."""
     view = memoryview(records).cast("B")
     pos = 0
     while pos + 12 <= len(view):
@@ -31,7 +32,7 @@ def whole_batches(records) -> memoryview:
         if pos + size > len(view):
             break
         pos += size
-    return view[:pos]
+    return bytearray(view[:pos])
 
 
 class ReplicaFetcher:

@@ -55,10 +55,9 @@ def error_code(exc: Exception) -> int:
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, log_manager, min_insync_replicas: int = 1, replica_lag_time_max_ms: int = 30000):
+    def __init__(self, node_id: int, log_manager, replica_lag_time_max_ms: int = 30000):
         self.node_id = node_id
         self.log_manager = log_manager
-        self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
@@ -173,7 +172,7 @@ class ReplicaManager:
                 out[key] = ProduceOutcome(UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             try:
-                result = partition.append_as_leader(records, required_acks, self.min_insync_replicas)
+                result = partition.append_as_leader(records, required_acks)
             except BrokerError as exc:
                 out[key] = ProduceOutcome(exc.code, message=str(exc))
                 continue
@@ -225,12 +224,14 @@ class ReplicaManager:
         if not waiting:
             return
         keep = []
-        enough = 0 if len(p.isr) >= self.min_insync_replicas else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        too_few = len(p.isr) < p.min_isr  # the HW cannot pass these records until the ISR grows back
         for offset, fut in waiting:
             if fut.done():
                 continue
-            if offset <= p.high_watermark:
-                fut.set_result(enough)
+            if too_few:
+                fut.set_result(NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            elif offset <= p.high_watermark:
+                fut.set_result(0)
             else:
                 keep.append((offset, fut))
         if keep:

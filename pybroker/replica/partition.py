@@ -140,13 +140,12 @@ class Partition:
 
     # ---- produce --------------------------------------------------------------------------
 
-    def append_as_leader(self, records, required_acks: int, min_insync_replicas: int) -> ProduceResult:
+    def append_as_leader(self, records, required_acks: int) -> ProduceResult:
         """Validate and append a produce request's records for this partition."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
-        if required_acks == -1 and len(self.isr) < min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{len(self.isr)} in-sync replicas, min.insync.replicas={min_insync_replicas}")
+        if required_acks == -1 and len(self.isr) < self.min_isr:
+            raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
         for _, info in batches:  # duplicates are answered with their first append's offsets
             if info.producer_id >= 0:
@@ -167,8 +166,16 @@ class Partition:
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
                              flushed=result.flushed, last_offset=result.last_offset)
 
+    @property
+    def min_isr(self) -> int:
+        """min.insync.replicas, capped at the replication factor."""
+        return min(self.log.config.min_insync_replicas, len(self.replicas))
+
     def maybe_increment_high_watermark(self) -> bool:
-        """Leader: HW = the smallest log end offset over the ISR; never moves back."""
+        """Leader: HW = the smallest log end offset over the ISR; never moves back, and never while
+        the ISR is smaller than min.insync.replicas (so a write no quorum holds is never visible)."""
+        if len(self.isr) < self.min_isr:
+            return False
         new = self.log.log_end_offset
         for r in self.isr:
             if r != self.node_id:
