@@ -27,7 +27,7 @@ def serve(args) -> int:
         broker = await Broker(config).start()
         broker.install_signal_handlers()  # before the ready line: a stop right after it is clean
         listener = broker.advertised_listener
-        print(f"pybroker {__version__} listening on {listener.name}://{listener.host}:{listener.port}", flush=True)
+        print(f"pybroker {__version__} listening on {listener.name}://{listener.host}:{broker.port}", flush=True)
         await broker.run_until_signalled()
 
     try:

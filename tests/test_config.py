@@ -165,8 +165,8 @@ log.retention.check.interval.ms=300000
     assert c.advertised_listeners == (Listener("PLAINTEXT", "localhost", 9092),)
     assert set(c.ignored) == {"num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
                               "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-                              "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-                              "transaction.state.log.min.isr", "inter.broker.listener.name"}
+                              "transaction.state.log.replication.factor", "transaction.state.log.min.isr"}
+    assert c.offsets_topic_replication_factor == 1 and c.inter_broker_listener.name == "PLAINTEXT"
 
 
 def test_ignored_keys_are_logged_once_each(caplog):

@@ -10,7 +10,7 @@ Response = RESPONSES[API_KEY]
 
 def handle(ctx, request):
     coordinator = ctx.broker.coordinator
-    error = coordinator.check_available("-")
+    error = coordinator.check_ready()  # the groups coordinated here, as Kafka
     groups = [] if error else coordinator.list_groups()
     return Response(throttle_time_ms=0, error_code=error, groups=[
         Response.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state)

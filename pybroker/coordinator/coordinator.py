@@ -125,9 +125,14 @@ class GroupCoordinator:
                 if self.store.partition_for(group_id) == index:
                     self.groups.setdefault(group_id, Group(group_id))
 
-    def check_available(self, group_id) -> int:
+    def check_ready(self) -> int:
         if not self.ready:
             return NOT_COORDINATOR if self.stopped else COORDINATOR_NOT_AVAILABLE
+        return NONE
+
+    def check_available(self, group_id) -> int:
+        if not self.ready:
+            return self.check_ready()
         if group_id is None or group_id == "":
             return INVALID_GROUP_ID
         if not self.store.owns(group_id):
