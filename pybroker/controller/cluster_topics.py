@@ -96,8 +96,12 @@ class ClusterTopics:
         if data is None:
             self.loop.call_soon_threadsafe(self._drop_topic, name)
             return False  # stop watching a deleted topic
-        o = json.loads(data)
-        assignment = {int(p): [int(b) for b in r] for p, r in o["partitions"].items()}
+        try:
+            o = json.loads(data)
+            assignment = {int(p): [int(b) for b in r] for p, r in o["partitions"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("ignoring the unreadable assignment of topic %s", name)
+            return None
         self.loop.call_soon_threadsafe(self._set_assignment, name, o.get("topic_id"), assignment)
 
     def _on_config(self, name, data):

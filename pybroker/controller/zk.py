@@ -173,8 +173,12 @@ class ZkClient:
             data, stat = self.kazoo.get(f"{TOPICS}/{name}")
         except NoNodeError:
             return None
-        o = json.loads(data)
-        return o.get("topic_id"), {int(p): [int(b) for b in r] for p, r in o["partitions"].items()}, stat.version
+        try:
+            o = json.loads(data)
+            return o.get("topic_id"), {int(p): [int(b) for b in r] for p, r in o["partitions"].items()}, stat.version
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("ignoring the unreadable assignment of topic %s: %r", name, data[:200])
+            return None
 
     def topic_configs(self, name: str) -> dict:
         try:
@@ -227,9 +231,12 @@ class ZkClient:
     def partition_state(self, topic: str, partition: int) -> LeaderIsr | None:
         try:
             data, stat = self.kazoo.get(state_path(topic, partition))
+            return decode_state(data, stat.version)
         except NoNodeError:
             return None
-        return decode_state(data, stat.version)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring the unreadable state of %s-%d: %r", topic, partition, data[:200])
+            return None
 
     def update_isr(self, topic: str, partition: int, state: LeaderIsr) -> int | None:
         """A leader's ISR change, conditional on the version it knows; the new version or None."""
