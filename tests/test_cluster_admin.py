@@ -46,3 +46,18 @@ def test_topic_lifecycle_through_any_broker(tmp_path, zookeeper):
             assert cluster.zk().exists("/brokers/topics/orders") is None
             admin.create_topics([NewTopic("orders", num_partitions=1, replication_factor=3)])  # same name again
             assert metadata_on(cluster, 2, "orders").topics[0].partitions[0].leader_id in (1, 2, 3)
+
+
+def test_producer_ids_are_unique_across_brokers(tmp_path, zookeeper):
+    """Producer ids come from blocks reserved in ZooKeeper: no two brokers hand out the same id."""
+    with Cluster(tmp_path, 3, zk=zookeeper, overrides=OVERRIDES) as cluster:
+        ids = []
+        for b in (1, 2, 3, 1, 2, 3):
+            with WireClient(cluster.broker(b).port) as c:
+                resp = c.init_producer_id()
+                assert resp.error_code == 0
+                ids.append(resp.producer_id)
+        assert len(set(ids)) == len(ids), ids
+        cluster.restart(2)
+        with WireClient(cluster.broker(2).port) as c:
+            assert c.init_producer_id().producer_id not in ids  # a restart never reuses a block
