@@ -326,6 +326,8 @@ class ReplicaManager:
         for _, future in list(self._waiters):
             if not future.done():
                 future.set_result(None)
+        for key in list(self._acks):  # the followers stop fetching from us: producers retry elsewhere
+            self._fail_acks(key)
 
     def _wake(self, keys: set) -> None:
         for waiting, future in list(self._waiters):
