@@ -198,6 +198,8 @@ class ReplicaManager:
 
     async def wait_for_acks(self, waits: dict, timeout_ms: int) -> dict:
         """Wait until every partition's HW reaches its offset; {key: error} (0, 7, 6 or 20)."""
+        if self._stopping:
+            return {key: NOT_LEADER_OR_FOLLOWER for key in waits}
         loop = asyncio.get_running_loop()
         futures = {}
         for key, offset in waits.items():
