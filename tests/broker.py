@@ -10,9 +10,15 @@ START_TIMEOUT = 60
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: str, overrides: dict | None = None, port: int = 0):
+    def __init__(self, data_dir: str, overrides: dict | None = None, port: int = 0,
+                 command_prefix=(), host: str = "127.0.0.1"):
+        """``command_prefix`` goes before the ``python -m pybroker serve`` argv (e.g. ``ip netns exec
+        NS``: it must exec the broker, so that ``proc.pid`` is the broker's); ``host`` is the
+        default listener's address and the one ``bootstrap`` names."""
         self.data_dir = data_dir
-        self.overrides = {"log.dirs": data_dir, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        self.host = host
+        self.command_prefix = tuple(command_prefix)
+        self.overrides = {"log.dirs": data_dir, "listeners": f"PLAINTEXT://{host}:{port}",
                           **(overrides or {})}
         self.proc = None
         self.port = None
@@ -21,10 +27,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> "BrokerProcess":
-        args = [sys.executable, "-m", "pybroker", "serve"]
+        args = [*self.command_prefix, sys.executable, "-m", "pybroker", "serve"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         self._stderr = open(self.stderr_path, "ab")

@@ -48,10 +48,10 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def answers_requests(port: int, timeout: float = 10.0) -> None:
+def answers_requests(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
     """One ApiVersions v0 round trip: the broker's loop is serving, so its signal handlers are
     installed (they are installed just after the ready line is printed)."""
-    with WireClient(port, timeout=timeout) as c:
+    with WireClient(port, host=host, timeout=timeout) as c:
         c.send_frame(struct.pack(">hhih", 18, 0, 1, 7) + b"cluster")
         c.recv_frame()
 
@@ -68,7 +68,7 @@ def start_all(brokers: list[BrokerProcess], timeout: float = START_TIMEOUT) -> N
             errors[b] = exc
             return
         try:
-            answers_requests(b.port)
+            answers_requests(b.port, host=b.host)
         except Exception as exc:
             errors[b] = RuntimeError(f"no answer to ApiVersions: {exc!r}; stderr: {b.stderr()[-2000:]}")
 
@@ -95,10 +95,14 @@ class Cluster:
     ``zk`` is a running ``ZooKeeperServer``, a ``host:port`` connect string, or None to start
     a ZooKeeper in ``base_dir/zookeeper``. The cluster lives under a fresh chroot, so clusters can
     share one ZooKeeper. ``overrides`` apply to every broker, ``broker_overrides[id]`` to one.
+    ``listener_host`` (a host for all brokers, or ``{id: host}``) replaces 127.0.0.1 as the address
+    a broker binds and is reached at; ``command_prefix`` (``{id: argv prefix}``) runs a broker
+    through e.g. ``ip netns exec NS`` (tests/netns.py).
     """
 
     def __init__(self, base_dir, brokers: int = 3, zk=None, overrides: dict | None = None,
-                 broker_overrides: dict | None = None):
+                 broker_overrides: dict | None = None, listener_host: str | dict | None = None,
+                 command_prefix: dict | None = None):
         self.base_dir = str(base_dir)
         self._own_zk = None
         self._client = None
@@ -114,8 +118,11 @@ class Cluster:
                 settings = {**DEFAULTS, "broker.id": broker_id,
                             "zookeeper.connect": self.zk_connect + self.chroot,
                             **(overrides or {}), **(broker_overrides or {}).get(broker_id, {})}
+                host = (listener_host.get(broker_id) if isinstance(listener_host, dict)
+                        else listener_host) or "127.0.0.1"
                 self.brokers[broker_id] = BrokerProcess(
-                    os.path.join(self.base_dir, f"broker-{broker_id}"), settings, port)
+                    os.path.join(self.base_dir, f"broker-{broker_id}"), settings, port,
+                    command_prefix=(command_prefix or {}).get(broker_id, ()), host=host)
             start_all(list(self.brokers.values()))
         except BaseException:
             self.close()
@@ -125,7 +132,7 @@ class Cluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self._port(b)}" for b in self.brokers.values())
+        return ",".join(f"{b.host}:{self._port(b)}" for b in self.brokers.values())
 
     @staticmethod
     def _port(b: BrokerProcess) -> int:

@@ -61,3 +61,27 @@ def test_producer_ids_are_unique_across_brokers(tmp_path, zookeeper):
         cluster.restart(2)
         with WireClient(cluster.broker(2).port) as c:
             assert c.init_producer_id().producer_id not in ids  # a restart never reuses a block
+
+
+def test_replication_uses_the_inter_broker_listener(tmp_path, zookeeper):
+    """With a second listener named by inter.broker.listener.name, followers and the controller
+    connect there, while clients are told the addresses of the listener they came in on."""
+    import subprocess
+    from tests.cluster import free_ports
+    from tests.replication_checks import LoggedProducer
+    ports = free_ports(3)
+    extra = {b: {"listeners": f"PLAINTEXT://127.0.0.1:0,REPLICATION://127.0.0.1:{ports[b - 1]}",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+                 "inter.broker.listener.name": "REPLICATION"} for b in (1, 2, 3)}
+    with Cluster(tmp_path, 3, zk=zookeeper, overrides=OVERRIDES, broker_overrides=extra) as cluster:
+        from tests.test_replication import create_topic
+        create_topic(cluster, "two-listeners", partitions=1)
+        t = metadata_on(cluster, 1, "two-listeners")
+        assert {b.port for b in t.brokers} == {cluster.broker(b).port for b in (1, 2, 3)}
+        producer = LoggedProducer(cluster.bootstrap, "two-listeners").start()
+        producer.wait_acked(100)
+        producer.stop()
+        leader = cluster.leader("two-listeners", 0)
+        fetchers = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{ports[leader - 1]} )"],
+                                  capture_output=True, text=True, check=True).stdout.splitlines()
+        assert len(fetchers) >= 2, f"followers are not connected to the replication listener: {fetchers}"
