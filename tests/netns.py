@@ -224,7 +224,8 @@ class TestNetwork:
         parallel run at the same moment (two routes for it afterwards) is released and another
         one tried."""
         for _ in range(20):
-            free = [o for o in range(256) if o not in self._used_octets()]
+            used = self._used_octets()
+            free = [o for o in range(256) if o not in used]
             if not free:
                 raise RuntimeError(f"no free {SUBNET_PREFIX}.x.0/24 in the root namespace")
             self.octet = random.choice(free)
