@@ -236,6 +236,11 @@ def test_update_metadata_with_a_wrong_broker_epoch_is_refused(seeded):
                 meta = c.metadata([topic])
                 assert sorted(b.node_id for b in meta.brokers) == [1, 2, 3], meta.brokers
                 assert meta.topics[0].partitions[0].leader_id == leader
+        # control: the same request with the real broker epoch passes that check and is refused
+        # only for its stale controller epoch, so 77 above was about the broker epoch alone
+        bogus.broker_epoch, bogus.controller_epoch = real, cluster.controller_epoch() - 1
+        with WireClient(cluster.broker(target).port, timeout=TIMEOUT) as c:
+            assert c.request(bogus, 7).error_code == STALE_CONTROLLER_EPOCH, target
     assert_leadership_unchanged(cluster, topic, state, leader, followers, b"after-update-metadata")
 
 
@@ -256,6 +261,9 @@ def test_stop_replica_with_a_wrong_broker_epoch_is_refused(seeded):
                 resp = c.request(stop, 3)
                 assert resp.error_code == STALE_BROKER_EPOCH, (target, epoch, resp)
                 assert [e.error_code for e in resp.partition_errors] == [STALE_BROKER_EPOCH]
+        stop.broker_epoch, stop.controller_epoch = real, cluster.controller_epoch() - 1  # control, as above
+        with WireClient(cluster.broker(target).port, timeout=TIMEOUT) as c:
+            assert c.request(stop, 3).error_code == STALE_CONTROLLER_EPOCH, target
         assert os.path.isdir(os.path.join(cluster.broker(target).data_dir, f"{topic}-0")), \
             f"broker {target} deleted its replica"
     assert stored_values(cluster.broker(leader).port, topic) == before  # data still served
