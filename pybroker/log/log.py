@@ -365,6 +365,11 @@ class Log:
             self._after_truncation()
             return self.log_end_offset
 
+    def truncate_fully_and_start_at(self, offset: int) -> int:
+        """Drop every segment and start empty at ``offset`` (a follower behind its leader's log start)."""
+        with self.lock:
+            return self._truncate_fully_and_start_at(offset)
+
     def _truncate_fully_and_start_at(self, offset: int) -> int:
         for gone in self.segments:
             gone.delete()

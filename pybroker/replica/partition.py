@@ -250,8 +250,7 @@ class Partition:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        with self.log.lock:
-            self.log._truncate_fully_and_start_at(offset)
+        self.log.truncate_fully_and_start_at(offset)
         self.producers.rebuild(self.log)
         self.high_watermark = offset
 
