@@ -139,8 +139,9 @@ def test_paused_leader_acknowledges_nothing_after_it_was_replaced(cluster):
 
 
 def test_two_replicas_down_refuses_acks_all_and_exposes_nothing(cluster):
-    """With 2 of 3 replicas gone, acks=all gets NOT_ENOUGH_REPLICAS (19/20) and no record written
-    meanwhile becomes visible; once they return, everything acknowledged is there."""
+    """With 2 of 3 replicas gone, acks=all gets NOT_ENOUGH_REPLICAS (19, or 20 for a write that raced
+    the ISR shrink) and nothing refused becomes visible; once they return, everything acknowledged
+    is there and nothing the idempotent producer was not told of is consumed."""
     from confluent_kafka import Producer
     topic = create_topic(cluster, "two-down")
     producer = LoggedProducer(cluster.bootstrap, topic).start()
@@ -167,6 +168,8 @@ def test_two_replicas_down_refuses_acks_all_and_exposes_nothing(cluster):
     wait_consumed(consumer, producer)
     consumer.stop()
     acked = {v for _, _, v in producer.acked}
+    if codes[0].code() == 20:  # written before the ISR shrank, then not confirmed: Kafka may expose it too
+        acked.add(b"probe")
     unacked = [r for r in consumer.records() if r[2] not in acked]
     assert not unacked, f"consumed records that were never acknowledged: {unacked[:3]}"
     check_data(cluster, topic, PARTITIONS, producer, [consumer])

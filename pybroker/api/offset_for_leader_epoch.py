@@ -1,4 +1,6 @@
 """OffsetForLeaderEpoch: where a leader epoch ended, so a replica knows where to truncate."""
+import logging
+
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 
@@ -8,6 +10,7 @@ MAX_VERSION = 3
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 Response = RESPONSES[API_KEY]
+log = logging.getLogger(__name__)
 
 
 def handle(ctx, request):
@@ -22,6 +25,7 @@ def handle(ctx, request):
                     partition.check_leader(p.current_leader_epoch)
                     epoch, end = partition.end_offset_for_epoch(p.leader_epoch)
                     error = 0
+                    log.debug("%s-%d: epoch %d ends at (%d, %d)", topic.topic, p.partition, p.leader_epoch, epoch, end)
                 except BrokerError as exc:
                     error = exc.code
             parts.append(Response.EpochEndOffset(error_code=error, partition=p.partition,

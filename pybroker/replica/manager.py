@@ -94,7 +94,7 @@ class ReplicaManager:
         if controller_epoch < self.controller_epoch:
             return {(s.topic, s.partition): STALE_CONTROLLER_EPOCH for s in states}
         self.controller_epoch = controller_epoch
-        errors, became_leader, became_follower = {}, [], []
+        errors, became_leader, became_follower, roles = {}, [], [], []
         for s in states:
             key = (s.topic, s.partition)
             if self.node_id not in s.replicas:
@@ -102,11 +102,12 @@ class ReplicaManager:
                 continue
             try:
                 p = self._open(s, topic_ids.get(s.topic), log_config_for(s.topic))
-                was_leader = p.is_leader
+                was_leader, old_leader, old_epoch = p.is_leader, p.leader_id, p.leader_epoch
+                roles.append((p, was_leader))
                 if s.leader == self.node_id:
-                    if p.make_leader(s):
-                        became_leader.append(p)
-                elif p.make_follower(s):
+                    if p.make_leader(s) and not (was_leader and old_epoch == s.leader_epoch):
+                        became_leader.append(p)  # a repeat of what we already are changes nothing
+                elif p.make_follower(s) and (old_leader, old_epoch) != (s.leader, s.leader_epoch):
                     became_follower.append(p)
                     if was_leader:
                         self._fail_acks(key)
@@ -119,8 +120,10 @@ class ReplicaManager:
             self.fetchers.add([p for p in became_follower if p.leader_id >= 0], leaders)
         for p in became_leader + became_follower:
             self._wake({(p.topic, p.index)})
-            for listener in self.listeners:
-                listener.on_leadership((p.topic, p.index), p.is_leader)
+        for p, was_leader in roles:
+            if p.is_leader != was_leader:  # the group coordinator moves only with a real change of role
+                for listener in self.listeners:
+                    listener.on_leadership((p.topic, p.index), p.is_leader)
         return errors
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
@@ -289,6 +292,8 @@ class ReplicaManager:
                 budget = min(req.max_bytes, max(max_bytes - total, 0))
                 records = partition.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
             except BrokerError as exc:
+                if isinstance(exc, OffsetOutOfRangeError):
+                    log.info("%s-%d: a fetch at %s", req.topic, req.partition, exc)
                 results.append(FetchResult(exc.code, partition.high_watermark, partition.last_stable_offset,
                                            partition.log_start_offset))
                 continue

@@ -100,6 +100,9 @@ class Partition:
         """Become leader in ``state``'s epoch (a PartitionState); False when the epoch is stale."""
         if state.leader_epoch < self.leader_epoch and self.leader_id >= 0:
             return False
+        if self.is_leader and state.leader_epoch == self.leader_epoch:  # a repeat: keep what we know
+            self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
+            return True
         now = monotonic_ms()
         self.leader_id, self.leader_epoch = self.node_id, state.leader_epoch
         self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
