@@ -18,8 +18,9 @@ def test_topic_lifecycle_through_any_broker(tmp_path, zookeeper):
         with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.broker(1).port}"}) as admin:
             admin.create_topics([NewTopic("orders", num_partitions=4, replication_factor=3,
                                           config={"retention.ms": "3600000"})])
-            for b in (1, 2, 3):  # every broker knows every partition's leader and replicas
-                t = metadata_on(cluster, b, "orders").topics[0]
+            for b in (1, 2, 3):  # every broker soon knows every partition's leader and replicas
+                t = cluster.wait_for(lambda: (t := metadata_on(cluster, b, "orders").topics[0]).error_code == 0 and t,
+                                     30, f"broker {b} to know the topic")
                 assert t.error_code == 0 and len(t.partitions) == 4
                 assert all(p.leader_id in (1, 2, 3) and sorted(p.replica_nodes) == [1, 2, 3] for p in t.partitions)
             leaders = {p: cluster.leader("orders", p) for p in range(4)}
@@ -45,7 +46,8 @@ def test_topic_lifecycle_through_any_broker(tmp_path, zookeeper):
                              "the replicas' logs deleted")
             assert cluster.zk().exists("/brokers/topics/orders") is None
             admin.create_topics([NewTopic("orders", num_partitions=1, replication_factor=3)])  # same name again
-            assert metadata_on(cluster, 2, "orders").topics[0].partitions[0].leader_id in (1, 2, 3)
+            cluster.wait_for(lambda: metadata_on(cluster, 2, "orders").topics[0].partitions[0].leader_id in (1, 2, 3),
+                             30, "the new topic led")
 
 
 def test_producer_ids_are_unique_across_brokers(tmp_path, zookeeper):
