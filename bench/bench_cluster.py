@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from bench_broker import RssSampler  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
+from tests.cluster import free_ports  # noqa: E402
 
 CLIENTS = os.path.join(ROOT, "bench", "cluster_clients.py")
 C_SOURCE = os.path.join(ROOT, "bench", "csrc", "rdkafka_cluster_load.c")
@@ -262,19 +263,6 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str) -> N
         except OSError:
             time.sleep(0.2)
     raise PartFailed(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def find_kafka(home: str | None) -> str | None:
