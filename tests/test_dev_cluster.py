@@ -10,24 +10,18 @@ import time
 
 import pytest
 
+from pybroker.tools.dev_cluster import port_free
 from tests.broker import ROOT
 from tests.cluster import free_ports, require_zookeeper
 
 
 def consecutive_free_ports(n: int) -> int:
     for base in free_ports(20):
-        if base + n < 65536 and all(_free(p) for p in range(base, base + n)):
+        if base + n < 65536 and all(port_free(p) for p in range(base, base + n)):
             return base
     raise RuntimeError(f"no {n} consecutive free ports found")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -63,7 +63,7 @@ class _Broker:
         return self.proc is not None and self.proc.poll() is None
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -100,7 +100,7 @@ def run(args) -> int:
         raise ToolError(f"--base-port {base} leaves no room for {n} brokers")
     directory = os.path.abspath(args.dir)
     os.makedirs(directory, exist_ok=True)
-    taken = [p for p in range(base, base + n) if not _port_free(p)]
+    taken = [p for p in range(base, base + n) if not port_free(p)]
     if taken:
         raise ToolError(f"port(s) in use on 127.0.0.1: {', '.join(map(str, taken))}; choose --base-port")
 
