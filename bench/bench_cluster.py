@@ -422,70 +422,62 @@ def run_single(exe, args, tmp: str) -> dict:
     return result
 
 
-def run_pybroker_cluster(exe, args, tmp: str) -> dict:
+TOPIC_CONFIGS = {"min.insync.replicas": 2}
+
+
+def run_cluster_setup(exe, args, start, failover_part) -> dict:
+    """Start a cluster (``start(rss)``), run the load and failover parts, always stop it; a failure
+    to start is reported in the result, not raised."""
     result, rss = {}, RssWatch()
     cluster = None
-    topic_configs = {"min.insync.replicas": 2}
     try:
+        t0 = time.monotonic()
+        cluster = start(rss)
+        result["start_s"] = time.monotonic() - t0
+        guarded(result, "load", load_parts, exe, args, cluster.bootstrap, "bench", 3, REPLICATED_PRODUCER,
+                TOPIC_CONFIGS)
+        guarded(result, "failover", failover_part, cluster)
+    except Exception as exc:  # noqa: BLE001
+        result.setdefault("errors", {})["start"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        result["rss_mb"] = rss.stop()
+        if cluster is not None:
+            cluster.close()
+    return result
+
+
+def run_pybroker_cluster(exe, args, tmp: str) -> dict:
+    def start(rss):
         from tests.cluster import Cluster  # the cluster harness; any failure is this part's failure
         cluster = Cluster(os.path.join(tmp, "pycluster"), brokers=3, zk=None,
                           overrides=pybroker_overrides(args.session_timeout_ms))
         for broker_id in cluster.brokers:
             rss.watch(broker_id, cluster.broker(broker_id).proc.pid)
-        guarded(result, "load", load_parts, exe, args, cluster.bootstrap, "bench", 3, REPLICATED_PRODUCER,
-                topic_configs)
+        return cluster
 
+    def do_failover(cluster):
         def leader_of_p0():
             return cluster.wait_for(lambda: cluster.leader("failover", 0), 30, "a leader of failover-0")
-
-        def kill(broker_id):
-            cluster.kill(broker_id)
-
-        def do_failover():
-            create_topic(cluster.bootstrap, "failover", 3, topic_configs)
-            r = failover(cluster.bootstrap, "failover", leader_of_p0, kill, args.session_timeout_ms)
-            old = r["killed_broker"]
-            r["new_leader"] = cluster.wait_for(lambda: (lambda n: n if n not in (None, -1, old) else None)(
-                cluster.leader("failover", 0)), 30, "a new leader of failover-0")
-            return r
-        guarded(result, "failover", do_failover)
-    except Exception as exc:  # noqa: BLE001
-        result.setdefault("errors", {})["start"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        result["rss_mb"] = rss.stop()
-        if cluster is not None:
-            cluster.close()
-    return result
+        create_topic(cluster.bootstrap, "failover", 3, TOPIC_CONFIGS)
+        r = failover(cluster.bootstrap, "failover", leader_of_p0, cluster.kill, args.session_timeout_ms)
+        old = r["killed_broker"]
+        r["new_leader"] = cluster.wait_for(lambda: (lambda n: n if n not in (None, -1, old) else None)(
+            cluster.leader("failover", 0)), 30, "a new leader of failover-0")
+        return r
+    return run_cluster_setup(exe, args, start, do_failover)
 
 
 def run_kafka(exe, args, tmp: str, kafka: str) -> dict:
-    result, rss = {}, RssWatch()
-    cluster = None
-    topic_configs = {"min.insync.replicas": 2}
-    try:
+    def start(rss):
         base = os.path.join(tmp, "kafka")
         os.makedirs(base)
-        t0 = time.monotonic()
-        cluster = KafkaCluster(kafka, base, 3, args.session_timeout_ms, rss)
-        result["start_s"] = time.monotonic() - t0
-        guarded(result, "load", load_parts, exe, args, cluster.bootstrap, "bench", 3, REPLICATED_PRODUCER,
-                topic_configs)
-        leaders = {}
+        return KafkaCluster(kafka, base, 3, args.session_timeout_ms, rss)
 
-        def leader_of_p0():
-            return int(leaders["0"])
-
-        def do_failover():
-            leaders.update(create_topic(cluster.bootstrap, "failover", 3, topic_configs)["leaders"])
-            return failover(cluster.bootstrap, "failover", leader_of_p0, cluster.kill, args.session_timeout_ms)
-        guarded(result, "failover", do_failover)
-    except Exception as exc:  # noqa: BLE001
-        result.setdefault("errors", {})["start"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        result["rss_mb"] = rss.stop()
-        if cluster is not None:
-            cluster.close()
-    return result
+    def do_failover(cluster):
+        leaders = create_topic(cluster.bootstrap, "failover", 3, TOPIC_CONFIGS)["leaders"]
+        return failover(cluster.bootstrap, "failover", lambda: int(leaders["0"]), cluster.kill,
+                        args.session_timeout_ms)
+    return run_cluster_setup(exe, args, start, do_failover)
 
 
 # ---------------------------------------------------------------- report

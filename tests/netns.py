@@ -26,10 +26,10 @@ namespaces (brokers) must be ended by their owner first; ``close()`` reports any
 import os
 import random
 import shutil
-import socket
 import subprocess
-import time
 import uuid
+
+from pybroker.controller.zk_server import MAIN_CLASS, find_classpath, find_java, read_tail, wait_serving
 
 SUBNET_PREFIX = "10.233"
 CUT_METHODS = ("netem", "drop", "down")
@@ -57,15 +57,6 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(word.encode())
-        chunks = []
-        while chunk := s.recv(4096):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
 class NamespacedZooKeeper:
     """A standalone ZooKeeper run with ``ip netns exec NS java ...``, bound to ``host`` only.
 
@@ -90,7 +81,6 @@ class NamespacedZooKeeper:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = 120) -> "NamespacedZooKeeper":
-        from pybroker.controller.zk_server import MAIN_CLASS, find_classpath, find_java
         java, classpath = find_java(), find_classpath()
         os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
         config = os.path.join(self.data_dir, "zoo.cfg")
@@ -105,29 +95,15 @@ class NamespacedZooKeeper:
                  "-Djava.net.preferIPv4Stack=true", "-cp", classpath, MAIN_CLASS, config],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.data_dir,
                 start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with status {self.proc.returncode} while starting in "
-                                   f"{self.netns} on {self.connect}; its output:\n{self.log_tail()}")
-            try:
-                if (four_letter_word(self.host, self.port, "ruok") == "imok"
-                        and "Mode:" in four_letter_word(self.host, self.port, "srvr")):
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.2)
+        failure = wait_serving(self.proc, self.host, self.port, timeout)
+        if failure is None:
+            return self
         self.kill()
-        raise RuntimeError(f"ZooKeeper did not answer on {self.connect} (namespace {self.netns}) within "
-                           f"{timeout} s; its output:\n{self.log_tail()}")
+        raise RuntimeError(f"ZooKeeper {failure} on {self.connect} (namespace {self.netns}); "
+                           f"its output:\n{self.log_tail()}")
 
     def log_tail(self, chars: int = 4000) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, os.path.getsize(self.log_path) - chars))
-                return f.read().decode(errors="replace")
-        except OSError as exc:
-            return f"(cannot read {self.log_path}: {exc})"
+        return read_tail(self.log_path, chars)
 
     def kill(self) -> None:
         if self.proc is None:

@@ -72,13 +72,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def four_letter_word(port: int, word: str, timeout: float = 2.0, host: str = "127.0.0.1") -> str:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word.encode())
         chunks = []
         while chunk := s.recv(4096):
             chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
+
+
+def wait_serving(proc, host: str, port: int, timeout: float) -> str | None:
+    """Wait (bounded) until the ZooKeeper in ``proc`` serves on host:port; None, or why it does not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with status {proc.returncode} while starting"
+        try:  # imok comes before it serves requests; srvr names its mode once it does
+            if (four_letter_word(port, "ruok", host=host) == "imok"
+                    and "Mode:" in four_letter_word(port, "srvr", host=host)):
+                return None
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return f"did not answer within {timeout} s"
+
+
+def read_tail(path: str, chars: int = 4000, start: int = 0) -> str:
+    """The last ``chars`` characters of a log file (from ``start`` at the earliest)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, os.path.getsize(path) - chars))
+            return f.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(cannot read {path}: {exc})"
 
 
 def wait_stopped(pid: int, stopped: bool = True, timeout: float = 5.0) -> None:
@@ -137,29 +163,14 @@ class ZooKeeperServer:
                  "-cp", classpath, MAIN_CLASS, config],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.data_dir,
                 start_new_session=True)  # a terminal's Ctrl-C is for our parent, which stops us in order
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ZooKeeperError(f"ZooKeeper exited with status {self.proc.returncode} while starting "
-                                     f"on {self.connect}; its output:\n{self.log_tail()}")
-            try:
-                if (four_letter_word(self.port, "ruok") == "imok"
-                        and "Mode:" in four_letter_word(self.port, "srvr")):
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
+        failure = wait_serving(self.proc, "127.0.0.1", self.port, timeout)
+        if failure is None:
+            return self
         self.kill()
-        raise ZooKeeperError(f"ZooKeeper did not answer on {self.connect} within {timeout} s; "
-                             f"its output:\n{self.log_tail()}")
+        raise ZooKeeperError(f"ZooKeeper {failure} on {self.connect}; its output:\n{self.log_tail()}")
 
     def log_tail(self, chars: int = 4000) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(getattr(self, "_log_start", 0), os.path.getsize(self.log_path) - chars))
-                return f.read().decode(errors="replace")
-        except OSError as exc:
-            return f"(cannot read {self.log_path}: {exc})"
+        return read_tail(self.log_path, chars, getattr(self, "_log_start", 0))
 
     def _signal(self, sig) -> None:
         if self.alive():
