@@ -29,7 +29,8 @@ import shutil
 import subprocess
 import uuid
 
-from pybroker.controller.zk_server import MAIN_CLASS, find_classpath, find_java, read_tail, wait_serving
+from pybroker.controller.zk_server import (MAIN_CLASS, find_classpath, find_java, read_tail, wait_serving,
+                                           write_config)
 
 SUBNET_PREFIX = "10.233"
 CUT_METHODS = ("netem", "drop", "down")
@@ -82,13 +83,7 @@ class NamespacedZooKeeper:
 
     def start(self, timeout: float = 120) -> "NamespacedZooKeeper":
         java, classpath = find_java(), find_classpath()
-        os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
-        config = os.path.join(self.data_dir, "zoo.cfg")
-        with open(config, "w") as f:
-            f.write(f"tickTime={self.tick_ms}\ndataDir={os.path.join(self.data_dir, 'data')}\n"
-                    f"clientPort={self.port}\nclientPortAddress={self.host}\n"
-                    f"minSessionTimeout=1000\nmaxSessionTimeout={self.max_session_timeout_ms}\n"
-                    "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n")
+        config = write_config(self.data_dir, self.host, self.port, self.tick_ms, self.max_session_timeout_ms)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 ["ip", "netns", "exec", self.netns, java, "-Xmx128m", "-XX:+UseSerialGC",

@@ -81,6 +81,18 @@ def four_letter_word(port: int, word: str, timeout: float = 2.0, host: str = "12
     return b"".join(chunks).decode(errors="replace")
 
 
+def write_config(data_dir: str, host: str, port: int, tick_ms: int, max_session_timeout_ms: int) -> str:
+    """A standalone server's zoo.cfg in ``data_dir`` (data in ``data_dir/data``), bound to host:port only."""
+    os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
+    config = os.path.join(data_dir, "zoo.cfg")
+    with open(config, "w") as f:
+        f.write(f"tickTime={tick_ms}\ndataDir={os.path.join(data_dir, 'data')}\n"
+                f"clientPort={port}\nclientPortAddress={host}\n"
+                f"minSessionTimeout=1000\nmaxSessionTimeout={max_session_timeout_ms}\n"
+                "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n")
+    return config
+
+
 def wait_serving(proc, host: str, port: int, timeout: float) -> str | None:
     """Wait (bounded) until the ZooKeeper in ``proc`` serves on host:port; None, or why it does not."""
     deadline = time.monotonic() + timeout
@@ -148,14 +160,8 @@ class ZooKeeperServer:
         if self.alive():
             raise ZooKeeperError(f"ZooKeeper already running as pid {self.proc.pid}")
         java, classpath = find_java(), find_classpath()
-        os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
         self.port = self.port or free_port()
-        config = os.path.join(self.data_dir, "zoo.cfg")
-        with open(config, "w") as f:
-            f.write(f"tickTime={self.tick_ms}\ndataDir={os.path.join(self.data_dir, 'data')}\n"
-                    f"clientPort={self.port}\nclientPortAddress=127.0.0.1\n"
-                    f"minSessionTimeout=1000\nmaxSessionTimeout={self.max_session_timeout_ms}\n"
-                    "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n")
+        config = write_config(self.data_dir, "127.0.0.1", self.port, self.tick_ms, self.max_session_timeout_ms)
         with open(self.log_path, "ab") as out:
             self._log_start = out.tell()
             self.proc = subprocess.Popen(
