@@ -56,7 +56,8 @@ class Broker:
     async def start(self) -> "Broker":
         cfg = self.config
         self.log_manager = LogManager(list(cfg.log_dirs), cfg.log,
-                                      retention_check_interval_ms=cfg.log_retention_check_interval_ms).startup()
+                                      retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+                                      writeback_bytes=cfg.log_writeback_bytes).startup()
         self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.replica_lag_time_max_ms)
         await self._start_listeners()
         # committed offsets load as offsets partitions become led here: no request sees a half-loaded store

@@ -64,6 +64,7 @@ _INTS = {
     "socket.request.max.bytes": ("socket_request_max_bytes", 1, INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", -LONG_MAX - 1, LONG_MAX),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", 1, LONG_MAX),
+    "log.writeback.bytes": ("log_writeback_bytes", 0, LONG_MAX),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
     "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
@@ -144,6 +145,7 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     connections_max_idle_ms: int = 600000
     log_retention_check_interval_ms: int = 300000
+    log_writeback_bytes: int = 8 << 20  # pybroker's own: start disk writes every N new bytes of a log (0: the OS decides)
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     group_initial_rebalance_delay_ms: int = 3000

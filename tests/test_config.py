@@ -38,6 +38,7 @@ def test_defaults_are_kafkas():
     assert c.socket_request_max_bytes == 104857600
     assert c.connections_max_idle_ms == 600000
     assert c.log_retention_check_interval_ms == 300000
+    assert c.log_writeback_bytes == 8 << 20
     assert c.offsets_topic_num_partitions == 50
     assert c.offsets_retention_minutes == 10080
     assert c.group_initial_rebalance_delay_ms == 3000

@@ -1,4 +1,5 @@
 """Batched writes: native pwritev_all against its pure twin."""
+import errno
 import os
 
 import pytest
@@ -53,3 +54,22 @@ def test_non_buffer_is_a_type_error(name, tmp_path):
             IMPLS[name].pwritev_all(fd, [b"ok", 12], 0)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("name", IMPLS)
+def test_start_writeback_keeps_contents_and_reports_errors(name, tmp_path):
+    mod = IMPLS[name]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        mod.pwritev_all(fd, [b"x" * 100_000], 0)
+        assert mod.start_writeback(fd, 0, 100_000) is None
+        assert mod.start_writeback(fd, 50_000, 0) is None  # 0: to the end of the file
+        with pytest.raises(OSError) as bad_range:
+            mod.start_writeback(fd, -1, 10)
+        assert bad_range.value.errno == errno.EINVAL
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"x" * 100_000
+    with pytest.raises(OSError) as closed:
+        mod.start_writeback(fd, 0, 10)
+    assert closed.value.errno == errno.EBADF

@@ -234,3 +234,21 @@ def test_size_is_checked_before_the_crc(tmp_path):
     small[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="CRC"):
         lg.append(small)
+
+
+def test_writeback_starts_once_enough_new_bytes_piled_up(tmp_path):
+    lg = open_log(tmp_path, segment_bytes=100_000)
+    lg.append(value_batch(5, 1000))
+    active = lg.segments[-1]
+    lg.start_writeback(min_bytes=10_000)  # ~5 kB new: not yet
+    assert active.writeback_from == 0
+    for _ in range(2):
+        lg.append(value_batch(5, 1000))
+    lg.start_writeback(min_bytes=10_000)
+    assert active.writeback_from == active.size > 10_000
+    lg.truncate_to(5)  # a follower cutting its log: the next writeback starts at the new end
+    assert active.writeback_from == active.size
+    lg.append(value_batch(5, 1000))
+    lg.start_writeback(min_bytes=1)
+    assert active.writeback_from == active.size
+    lg.close()

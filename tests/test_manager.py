@@ -92,3 +92,15 @@ def test_append_that_reaches_flush_messages_gets_a_future_of_its_flush(tmp_path)
     second.flushed.result(timeout=30)  # completes only after an fdatasync that covers it
     assert lg.recovery_point >= second.last_offset + 1
     m.shutdown()
+
+
+def test_flusher_starts_the_writeback_of_new_data(tmp_path):
+    m = LogManager([str(tmp_path)], LogConfig(retention_ms=-1), writeback_bytes=4096).startup()
+    lg = m.get_or_create_log("t", 0)
+    lg.append(value_batch(10, 1000))
+    active = lg.segments[-1]
+    deadline = time.monotonic() + 10
+    while active.writeback_from < active.size and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert active.writeback_from == active.size
+    m.shutdown()

@@ -1,4 +1,6 @@
 """Pure twin of native/fileio.pyx: batched writes with os.pwritev."""
+import ctypes
+import ctypes.util
 import errno
 import os
 
@@ -25,6 +27,18 @@ def pwritev_all(fd: int, buffers, offset: int) -> int:
 def fdatasync(fd: int) -> None:
     _check_fd(fd)
     os.fdatasync(fd)
+
+
+SYNC_FILE_RANGE_WRITE = 2
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """sync_file_range(2) with SYNC_FILE_RANGE_WRITE (os has no binding for it)."""
+    if _libc.sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def _check_fd(fd: int) -> None:

@@ -8,3 +8,6 @@ class FileIO(Protocol):
 
     def fdatasync(self, fd: int) -> None:
         """Flush the file's data to stable storage."""
+
+    def start_writeback(self, fd: int, offset: int, nbytes: int) -> None:
+        """Start writing the range's dirty pages to disk; return without waiting for the disk."""

@@ -14,10 +14,11 @@ log = logging.getLogger(__name__)
 
 
 class Flusher:
-    def __init__(self, logs_source, tick_ms: int = 200, on_tick=None):
+    def __init__(self, logs_source, tick_ms: int = 200, on_tick=None, writeback_bytes: int = 0):
         self._logs_source = logs_source  # callable returning the logs to watch
         self._tick = tick_ms / 1000
         self._on_tick = on_tick
+        self._writeback_bytes = writeback_bytes  # 0: the OS alone decides when dirty pages go out
         self._requested: dict[int, tuple] = {}  # id(log) -> (log, futures to complete after its flush)
         self._cond = threading.Condition()
         self._stopping = False
@@ -60,11 +61,20 @@ class Flusher:
                     batch.append((lg, []))
             for lg, waiting in batch:
                 _finish(waiting, self._flush(lg))
+            if self._writeback_bytes:
+                self._start_writeback()
             if self._on_tick is not None:
                 try:
                     self._on_tick(now)
                 except Exception:  # a failed retention pass must not kill flushing
                     log.exception("background log task failed")
+
+    def _start_writeback(self) -> None:
+        for lg in self._logs_source():
+            try:
+                lg.start_writeback(self._writeback_bytes)
+            except Exception:  # the next flush reports a failing disk; writeback is only a head start
+                log.exception("starting the writeback of %r failed", lg)
 
     def _flush(self, lg) -> Exception | None:
         try:

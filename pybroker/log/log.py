@@ -464,6 +464,21 @@ class Log:
             self.last_flush_ms = now_ms()
             return self.recovery_point
 
+    def start_writeback(self, min_bytes: int) -> None:
+        """Start writing the active segment's newest bytes to disk once ``min_bytes`` have piled up,
+        so the OS never has a large backlog of dirty pages to write at once (which stalls writers)."""
+        with self.lock:
+            segment = self.segments[-1]
+            start, end = segment.writeback_from, segment.size
+            if end - start < min_bytes:
+                return
+            segment.writeback_from = end
+        try:
+            core.fileio.start_writeback(segment.fd, start, end - start)
+        except (OSError, ValueError):
+            if segment in self.segments:  # a deleted segment needs no writeback
+                raise
+
     def close(self) -> None:
         with self.lock:
             for segment in self.segments:

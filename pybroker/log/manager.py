@@ -26,7 +26,8 @@ LOG_DIR_NAME = re.compile(r"^(.+)-(\d+)$")
 
 class LogManager:
     def __init__(self, log_dirs, config: LogConfig | None = None, *,
-                 retention_check_interval_ms: int = 300_000, background: bool = True):
+                 retention_check_interval_ms: int = 300_000, background: bool = True,
+                 writeback_bytes: int = 0):
         if isinstance(log_dirs, str):
             log_dirs = [log_dirs]
         if not log_dirs:
@@ -41,6 +42,7 @@ class LogManager:
         self._retention_interval = retention_check_interval_ms
         self._last_retention = now_ms()
         self._background = background
+        self._writeback_bytes = writeback_bytes
         self.flusher = None
 
     # ---- start ----------------------------------------------------------------------------
@@ -51,7 +53,8 @@ class LogManager:
         for d in self.log_dirs:
             self._load_dir(d)
         if self._background:
-            self.flusher = Flusher(lambda: list(self.logs.values()), on_tick=self._maybe_retention)
+            self.flusher = Flusher(lambda: list(self.logs.values()), on_tick=self._maybe_retention,
+                                   writeback_bytes=self._writeback_bytes)
             for lg in self.logs.values():
                 lg.flusher = self.flusher
             self.flusher.start()

@@ -41,6 +41,7 @@ class LogSegment:
         # Fetch slices keep this object (and so the fd) alive after a segment is deleted.
         self.file = io.FileIO(fd, "r+", closefd=True)
         self.size = os.fstat(fd).st_size
+        self.writeback_from = self.size  # data below was there before: the OS writes it back
         self.active = active
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -241,6 +242,7 @@ class LogSegment:
         self._check_full()
         os.ftruncate(self.fd, position)
         self.size = position
+        self.writeback_from = min(self.writeback_from, position)
         if not self._load_tail():
             raise CorruptIndexError(f"{self.log_path}: invalid data after truncation to {offset}")
         return removed

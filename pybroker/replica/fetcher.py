@@ -22,9 +22,10 @@ FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 _HEAD = struct.Struct(">qi")
 
 
-def whole_batches(records) -> bytearray:
+def whole_batches(records):
     """The leading whole batches of a fetched slice (the leader may cut the last one at max bytes),
-    in a buffer of their own: the append path writes offsets into the batches it is given."""
+    writable: the append path writes offsets into the batches it is given. A large response arrives
+    in a receive buffer of its own, so its slice is used in place; a small one is copied."""
     view = memoryview(records).cast("B")
     pos = 0
     while pos + 12 <= len(view):
@@ -32,7 +33,7 @@ def whole_batches(records) -> bytearray:
         if pos + size > len(view):
             break
         pos += size
-    return bytearray(view[:pos])
+    return view[:pos] if not view.readonly else bytearray(view[:pos])
 
 
 class ReplicaFetcher:
