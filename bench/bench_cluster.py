@@ -2,6 +2,10 @@
 
     python bench/bench_cluster.py [--runs 3] [--mb 300] [--latency-seconds 10] [--kafka-home DIR]
                                   [--warmup-mb 500] [--session-timeout-ms 6000] [--json out.json]
+                                  [--pybroker-override KEY=VALUE ...] [--hold-guest-memory-gb N]
+
+(bench/bench_cluster.md explains --hold-guest-memory-gb: a VM's first writes to memory it handed
+back to its host are slow, and every broker writes its log into such memory.)
 
 Each run visits, in this order and each on fresh data:
 
@@ -10,8 +14,8 @@ Each run visits, in this order and each on fresh data:
    after --warmup-mb MB sent untimed (a fresh JVM runs far below its steady speed until its JIT
    has compiled the hot paths: Kafka's first hundreds of MB go at a third of its later rate);
 2. a 3-broker pybroker cluster (tests/cluster.py, its own ZooKeeper): a topic of 3 partitions with
-   replication factor 3 and min.insync.replicas=2, an idempotent acks=all producer: MB/s and
-   latency at 50 MB/s, as in 1;
+   replication factor 3 and min.insync.replicas=2, an acks=all producer: MB/s and latency at
+   50 MB/s, as in 1, and MB/s once more with an idempotent acks=all producer;
 3. a 3-broker Apache Kafka 3.8 cluster in ZooKeeper mode (its own bundled ZooKeeper; each JVM with
    KAFKA_HEAP_OPTS=-Xmx512m, started one after another) with the same topic, load and client
    settings; skipped, with a note, when no Kafka install is found;
@@ -83,7 +87,11 @@ PRODUCER = {
     "retry.backoff.ms": "100",
 }
 SINGLE_PRODUCER = {**PRODUCER, "acks": "1", "enable.idempotence": "false"}
-REPLICATED_PRODUCER = {**PRODUCER, "acks": "all", "enable.idempotence": "true"}
+REPLICATED_PRODUCER = {**PRODUCER, "acks": "all", "enable.idempotence": "false"}
+# librdkafka's idempotent producer sends a partition's next request only when fewer than 5 of its
+# *records* are in flight, so with full batches it keeps one request per partition in flight and its
+# MB/s is batch size / acks=all round trip: reported on its own row
+IDEMPOTENT_PRODUCER = {**REPLICATED_PRODUCER, "enable.idempotence": "true"}
 
 # broker settings shared by all setups (Kafka's names; Kafka's own defaults for the first two)
 BROKER_COMMON = {"log.segment.bytes": 1073741824, "message.max.bytes": 1048588,
@@ -182,7 +190,7 @@ def failover(bootstrap: str, topic: str, leader_of_p0, kill, session_timeout_ms:
     seconds = 15 + window  # the probe announces itself ready within its first seconds
     args = [sys.executable, CLIENTS, "failover", "--bootstrap", bootstrap, "--topic", topic,
             "--partitions", str(PARTITIONS), "--rate", str(FAILOVER_RATE), "--size", str(RECORD_SIZE),
-            "--seconds", str(seconds), "--config", json.dumps(REPLICATED_PRODUCER)]
+            "--seconds", str(seconds), "--config", json.dumps(IDEMPOTENT_PRODUCER)]
     probe = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: list[str] = []
     ready = threading.Event()
@@ -367,9 +375,12 @@ class KafkaCluster:
             f.close()
 
 
+PYBROKER_EXTRA: dict = {}  # --pybroker-override: pybroker's own keys, on its single node and cluster alike
+
+
 def pybroker_overrides(session_timeout_ms: int) -> dict:
     return {**BROKER_COMMON, "zookeeper.session.timeout.ms": session_timeout_ms, "min.insync.replicas": 2,
-            "default.replication.factor": 3}
+            "default.replication.factor": 3, **PYBROKER_EXTRA}
 
 
 def guarded(result: dict, part: str, fn, *args) -> None:
@@ -382,7 +393,8 @@ def guarded(result: dict, part: str, fn, *args) -> None:
             traceback.print_exc()
 
 
-def load_parts(exe, args, bootstrap: str, topic: str, rf: int, conf: dict, topic_configs=None) -> dict:
+def load_parts(exe, args, bootstrap: str, topic: str, rf: int, conf: dict, topic_configs=None,
+               idempotent_conf: dict | None = None) -> dict:
     out = {}
     info = create_topic(bootstrap, topic, rf, topic_configs)
     if info.get("topic_configs_refused"):
@@ -394,6 +406,9 @@ def load_parts(exe, args, bootstrap: str, topic: str, rf: int, conf: dict, topic
         out.update(warmup_s=time.monotonic() - t0, warmup_mb_s=warm["produce_mb_s"])
     count = args.mb * 1_000_000 // RECORD_SIZE
     out.update(produce_throughput(exe, bootstrap, topic, count, conf))
+    if idempotent_conf:
+        create_topic(bootstrap, topic + "-idem", rf, topic_configs)
+        out["idempotent_mb_s"] = produce_throughput(exe, bootstrap, topic + "-idem", count, idempotent_conf)["produce_mb_s"]
     lat_topic = topic + "-lat"
     create_topic(bootstrap, lat_topic, rf, topic_configs)
     out.update(produce_latency(exe, bootstrap, lat_topic, args.latency_seconds, conf))
@@ -404,7 +419,7 @@ def run_single(exe, args, tmp: str) -> dict:
     result, rss = {}, RssWatch()
     broker = None
     try:
-        broker = BrokerProcess(os.path.join(tmp, "single", "data"), dict(BROKER_COMMON))
+        broker = BrokerProcess(os.path.join(tmp, "single", "data"), {**BROKER_COMMON, **PYBROKER_EXTRA})
         os.makedirs(os.path.dirname(broker.data_dir), exist_ok=True)
         broker.start()
         rss.watch(0, broker.proc.pid)
@@ -435,7 +450,7 @@ def run_cluster_setup(exe, args, start, failover_part) -> dict:
         cluster = start(rss)
         result["start_s"] = time.monotonic() - t0
         guarded(result, "load", load_parts, exe, args, cluster.bootstrap, "bench", 3, REPLICATED_PRODUCER,
-                TOPIC_CONFIGS)
+                TOPIC_CONFIGS, IDEMPOTENT_PRODUCER)
         guarded(result, "failover", failover_part, cluster)
     except Exception as exc:  # noqa: BLE001
         result.setdefault("errors", {})["start"] = f"{type(exc).__name__}: {exc}"
@@ -485,6 +500,60 @@ def run_kafka(exe, args, tmp: str, kafka: str) -> dict:
 SETUPS = (("single", "pybroker, 1 node"), ("cluster", "pybroker, 3 brokers"), ("kafka", "Kafka 3.8, 3 brokers (ZK)"))
 
 
+# ---------------------------------------------------------------- guest memory
+
+REPORTING = "/sys/module/page_reporting/parameters"
+GUEST_MEMORY: dict = {}  # the free-page-reporting settings seen, and what the run changed
+
+
+def _reporting(name: str) -> str | None:
+    try:
+        with open(os.path.join(REPORTING, name)) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def hold_guest_memory(gb: int) -> dict:
+    """On a VM whose kernel reports freed pages to the host, the first write to each such page
+    costs a host fault: about 2.3 ms per MB here (~430 MB/s per core), which caps every setup's
+    page-cache writes far below the broker's own speed. With ``gb`` > 0 keep that much freed memory
+    in the guest (min_free_ms, max_waiting_mib) and touch it once, so all setups write into memory
+    the guest already has, as on a machine whose page cache has filled up. Restored at the end."""
+    seen = {n: _reporting(n) for n in ("min_free_ms", "max_waiting_mib", "page_reporting_order")}
+    info = {"page_reporting": seen, "held_gb": 0}
+    if gb <= 0 or seen["min_free_ms"] is None:
+        return info
+    try:
+        for name, value in (("min_free_ms", "300000"), ("max_waiting_mib", str(gb * 1024))):  # 300000: its maximum here
+            with open(os.path.join(REPORTING, name), "w") as f:
+                f.write(value)
+    except OSError as exc:
+        info["error"] = f"cannot change free page reporting: {exc}"
+        return info
+    info["held_gb"] = gb
+    scratch = tempfile.mkstemp(prefix="pybroker-bench-touch-")
+    chunk = b"\0" * (1 << 20)
+    try:
+        for i in range(gb * 1024):  # bounded: gb GB in 1 MiB writes, then freed
+            os.pwrite(scratch[0], chunk, i << 20)
+    finally:
+        os.close(scratch[0])
+        os.unlink(scratch[1])
+    return info
+
+
+def release_guest_memory() -> None:
+    for name in ("min_free_ms", "max_waiting_mib"):
+        old = GUEST_MEMORY.get("page_reporting", {}).get(name)
+        if GUEST_MEMORY.get("held_gb") and old is not None:
+            try:
+                with open(os.path.join(REPORTING, name), "w") as f:
+                    f.write(old)
+            except OSError:
+                pass
+
+
 def loadavg() -> float:
     """The machine's 1-minute load average: how much else wanted the cores meanwhile."""
     try:
@@ -503,7 +572,7 @@ def medians(runs: list) -> dict:
     med = {}
     for setup, _ in SETUPS:
         med[setup] = {}
-        for key in ("produce_mb_s", "latency_p50_ms", "latency_p99_ms", "latency_rate_mb_s", "failover_s",
+        for key in ("produce_mb_s", "idempotent_mb_s", "latency_p50_ms", "latency_p99_ms", "latency_rate_mb_s", "failover_s",
                     "peak_broker_rss_mb"):
             vals = [r[setup][key] for r in runs if isinstance(r.get(setup, {}).get(key), (int, float))]
             if vals:
@@ -537,6 +606,7 @@ def report(med: dict, runs: list, args, kafka_note: str | None, client: str) -> 
     rows = [
         ("produce MB/s, 1 KiB records", "produce_mb_s", ".0f",
          "cluster ≥ 1/3 of 1 node" + (f" (≥ {single / 3:.0f})" if single else ""), tp_ok),
+        ("produce MB/s, idempotent producer (acks=all)", "idempotent_mb_s", ".0f", "", None),
         (f"latency p50 at {LATENCY_RATE_MB} MB/s offered (ms)", "latency_p50_ms", ".2f", "", None),
         (f"latency p99 at {LATENCY_RATE_MB} MB/s offered (ms)", "latency_p99_ms", ".2f", f"≤ {TARGET_P99_MS}", p99_ok),
         ("offered rate reached (MB/s)", "latency_rate_mb_s", ".1f", "", None),
@@ -548,16 +618,22 @@ def report(med: dict, runs: list, args, kafka_note: str | None, client: str) -> 
              f"latency over {args.latency_seconds:g} s; "
              f"{PARTITIONS} partitions; load client: {client}.",
              "1 node: acks=1, no idempotence. 3 brokers: replication factor 3, min.insync.replicas=2, "
-             "acks=all, idempotent producer. "
+             "acks=all (no idempotence; the idempotent producer on its own row and in the failover). "
              f"zookeeper.session.timeout.ms={args.session_timeout_ms} on both clusters.", "",
              "| | " + " | ".join(label for _, label in SETUPS) + " | target | pybroker meets it |",
              "|---|" + "---|" * len(SETUPS) + "---|---|"]
     for label, key, spec, target, ok in rows:
         cells = []
         for s, _ in SETUPS:
-            cells.append("—" if key == "failover_s" and s == "single" else cell(s, key, spec))
+            cells.append("—" if key in ("failover_s", "idempotent_mb_s") and s == "single" else cell(s, key, spec))
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} | {yes(ok)} |")
     notes = []
+    pr = GUEST_MEMORY.get("page_reporting") or {}
+    if pr.get("min_free_ms") is not None:
+        notes.append(f"free page reporting to the VM host: {pr}; freed memory held in the guest for the run: "
+                     f"{GUEST_MEMORY.get('held_gb', 0)} GB" + (f" ({GUEST_MEMORY['error']})" if GUEST_MEMORY.get("error") else ""))
+    if PYBROKER_EXTRA:
+        notes.append(f"pybroker settings: {PYBROKER_EXTRA}")
     if kafka_note:
         notes.append(f"Kafka skipped: {kafka_note}")
     for i, r in enumerate(runs, 1):
@@ -592,7 +668,14 @@ def main() -> None:
     ap.add_argument("--python-client", action="store_true",
                     help="load with confluent-kafka even when the C client builds")
     ap.add_argument("--json", default=None, help="write all runs and the medians here")
+    ap.add_argument("--pybroker-override", action="append", default=[], type=lambda kv: tuple(kv.split("=", 1)),
+                    metavar="KEY=VALUE", help="a broker setting for pybroker's single node and cluster")
+    ap.add_argument("--hold-guest-memory-gb", type=int, default=0,
+                    help="on a VM that hands freed memory back to its host (Linux free page reporting), keep "
+                         "this many GB of freed memory in the guest for the run and touch it first (root)")
     args = ap.parse_args()
+    PYBROKER_EXTRA.update(args.pybroker_override)
+    GUEST_MEMORY.update(hold_guest_memory(args.hold_guest_memory_gb))
 
     kafka_home = args.kafka_home or DEFAULT_KAFKA_HOME
     kafka = find_kafka(kafka_home)
@@ -627,6 +710,7 @@ def main() -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
+        release_guest_memory()
     med = medians(runs)
     text = report(med, runs, args, kafka_note, client)
     print(text)
@@ -639,7 +723,9 @@ def write_json(args, runs: list, med: dict | None, text: str | None, client: str
                 "session_timeout_ms": args.session_timeout_ms, "partitions": PARTITIONS, "record_size": RECORD_SIZE,
                 "latency_rate_mb": LATENCY_RATE_MB, "failover_rate": FAILOVER_RATE, "client": client,
                 "kafka": kafka, "kafka_note": kafka_note, "single_producer": SINGLE_PRODUCER,
-                "replicated_producer": REPLICATED_PRODUCER, "broker_common": BROKER_COMMON, "kafka_heap": KAFKA_HEAP}
+                "replicated_producer": REPLICATED_PRODUCER, "idempotent_producer": IDEMPOTENT_PRODUCER,
+                "pybroker_overrides": dict(args.pybroker_override), "guest_memory": GUEST_MEMORY,
+                "broker_common": BROKER_COMMON, "kafka_heap": KAFKA_HEAP}
     tmp = args.json + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"settings": settings, "complete": med is not None, "runs": runs, "median": med, "table": text},

@@ -3,8 +3,11 @@
 A partition added to a fetcher first truncates (KIP-101/279): it asks the leader with
 OffsetForLeaderEpoch where its latest leader epoch ended and cuts its log there, never at its
 high watermark. Then the fetcher sends Fetch with replica_id = this broker and appends the
-returned batches as they are. A fenced or unknown epoch drops the partition until the controller
-says more; connection failures back off (replica.fetch.backoff.ms) and reconnect.
+returned batches as they are. A fenced epoch (ours is older) drops the partition until the
+controller's newer word arrives. NOT_LEADER_OR_FOLLOWER or an unknown partition only rests the
+partition for replica.fetch.backoff.ms, as Kafka does: a restarted leader says so until its own
+LeaderAndIsr arrives, and that may repeat the leader and epoch we already follow, which starts no
+new fetch. Connection failures back off and reconnect.
 """
 import asyncio
 import logging
@@ -43,6 +46,7 @@ class ReplicaFetcher:
         self.address = address
         self.partitions: dict = {}   # (topic, partition) -> Partition
         self.truncating: set = set()  # keys that must truncate before fetching
+        self.resting: dict = {}  # key -> loop time before which it is not fetched (the leader refused it)
         self.conn = None
         self.task = None
         self._wakeup = asyncio.Event()
@@ -52,6 +56,7 @@ class ReplicaFetcher:
             key = (p.topic, p.index)
             self.partitions[key] = p
             self.truncating.add(key)
+            self.resting.pop(key, None)
         self._wakeup.set()
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
@@ -60,6 +65,7 @@ class ReplicaFetcher:
         for key in keys:
             self.partitions.pop(key, None)
             self.truncating.discard(key)
+            self.resting.pop(key, None)
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -117,8 +123,11 @@ class ReplicaFetcher:
                 p = self.partitions.get(key)
                 if p is None or key not in self.truncating:
                     continue
-                if r.error_code in (FENCED_LEADER_EPOCH, NOT_LEADER, UNKNOWN_TOPIC):
+                if r.error_code == FENCED_LEADER_EPOCH:
                     self.remove([key])  # the controller will tell us who leads now
+                    continue
+                if r.error_code in (NOT_LEADER, UNKNOWN_TOPIC):
+                    self._rest(key)
                     continue
                 if r.error_code:
                     continue  # UNKNOWN_LEADER_EPOCH: the leader has not heard yet; ask again
@@ -134,11 +143,26 @@ class ReplicaFetcher:
         if self.truncating:
             await asyncio.sleep(self.manager.config.replica_fetch_backoff_ms / 1000 / 10)
 
+    def _rest(self, key) -> None:
+        self.resting[key] = asyncio.get_running_loop().time() + self.manager.config.replica_fetch_backoff_ms / 1000
+
     async def _fetch_once(self) -> None:
         cfg = self.manager.config
         req_cls = REQUESTS[FETCH]
+        now = asyncio.get_running_loop().time()
+        for key in [k for k, until in self.resting.items() if until <= now]:
+            del self.resting[key]
+        if len(self.resting) == len(self.partitions):  # every partition rests: wait, or for news
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), max(min(self.resting.values()) - now, 0.001))
+            except asyncio.TimeoutError:
+                pass
+            return
         topics = {}
         for (topic, index), p in self.partitions.items():
+            if (topic, index) in self.resting:
+                continue
             topics.setdefault(topic, []).append(req_cls.FetchPartition(
                 partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
                 log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
@@ -165,8 +189,10 @@ class ReplicaFetcher:
                         p.truncate_fully_and_start_at(r.log_start_offset)
                     else:
                         self.truncating.add(key)  # ahead of the leader: find the divergence again
-                elif r.error_code in (FENCED_LEADER_EPOCH, NOT_LEADER, UNKNOWN_TOPIC):
+                elif r.error_code == FENCED_LEADER_EPOCH:
                     self.remove([key])
+                elif r.error_code in (NOT_LEADER, UNKNOWN_TOPIC):
+                    self._rest(key)
                 elif r.error_code != UNKNOWN_LEADER_EPOCH:
                     log.warning("fetching %s-%d from broker %d: error %d", *key, self.leader_id, r.error_code)
         if not resp.responses and resp.error_code:
