@@ -13,6 +13,7 @@ clean-shutdown marker.
 import asyncio
 import dataclasses
 import logging
+import signal
 
 from pybroker.api.dispatcher import Dispatcher
 from pybroker.controller.metadata_cache import BrokerEndpoint, MetadataCache
@@ -45,6 +46,8 @@ class Broker:
         self.zk = None
         self.zk_controller = None
         self.broker_epoch = -1
+        self._signalled = asyncio.Event()  # set once a signal's controlled shutdown is over
+        self._on_signal_task = None
         self.metadata = MetadataCache()
         self.advertised_listener = None
         self._registered = False
@@ -246,12 +249,30 @@ class Broker:
             self.log_manager = None
         log.info("broker stopped cleanly")
 
-    def install_signal_handlers(self, timeout: float = 30.0) -> None:
-        """SIGTERM/SIGINT stop the broker cleanly; parked requests answer first, or the drain would
-        wait out their timeouts."""
-        self.server.install_signal_handlers(timeout, before_stop=self._answer_parked)
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop the broker cleanly: on a cluster, a controlled shutdown first
+        (controlled.shutdown.enable) while still serving, then ``stop``."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig) -> None:
+        log.info("received %s: shutting down", signal.Signals(sig).name)
+        if self._on_signal_task is None:
+            self._on_signal_task = asyncio.get_running_loop().create_task(self._before_stop())
+
+    async def _before_stop(self) -> None:
+        try:
+            if self.zk is not None and self._registered and self.config.controlled_shutdown_enable:
+                from pybroker.controller.controlled_shutdown import controlled_shutdown
+                await controlled_shutdown(self)
+        finally:
+            self._signalled.set()
 
     async def run_until_signalled(self, timeout: float = 30.0) -> None:
-        """Serve until SIGTERM/SIGINT, then shut down cleanly."""
-        await self.server.wait_stopped()
+        """Serve until SIGTERM/SIGINT (or the listener stops), then shut down cleanly."""
+        waits = [asyncio.ensure_future(self._signalled.wait()), asyncio.ensure_future(self.server.wait_stopped())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
         await self.stop(timeout)

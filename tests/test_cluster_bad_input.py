@@ -341,3 +341,25 @@ def test_single_node_broker_refuses_controller_requests(tmp_path):
             b.stop()
         finally:
             b.close()
+
+
+def test_controlled_shutdown_with_a_wrong_broker_epoch_or_to_a_non_controller_is_refused(seeded):
+    """ControlledShutdown moves a broker's leaderships away: only with its current epoch, only at
+    the controller; v0/v1 (no epoch) are not served."""
+    cluster, topic, leader, followers = seeded
+    state = cluster.partition_state(topic, 0)
+    controller = cluster.controller_id()
+    real = broker_epoch(cluster, leader)
+    req = REQUESTS[7]
+    with WireClient(cluster.broker(controller).port, timeout=TIMEOUT) as c:
+        for epoch in (*MADE_UP_EPOCHS, real - 1, real + 1):
+            resp = c.request(req(broker_id=leader, broker_epoch=epoch), 3)
+            assert (resp.error_code, resp.remaining_partitions) == (STALE_BROKER_EPOCH, []), epoch
+        assert c.request(req(broker_id=99, broker_epoch=real), 3).error_code == 8  # BROKER_NOT_AVAILABLE
+        assert c.api_versions().error_code == 0
+    non_controller = next(b for b in (1, 2, 3) if b != controller)
+    with WireClient(cluster.broker(non_controller).port, timeout=TIMEOUT) as c:
+        assert c.request(req(broker_id=leader, broker_epoch=real), 3).error_code == 41  # NOT_CONTROLLER
+        versions = {k.api_key: (k.min_version, k.max_version) for k in c.api_versions().api_keys}
+        assert versions[7] == (2, 3)
+    assert_leadership_unchanged(cluster, topic, state, leader, followers, b"after-controlled-shutdown")

@@ -31,6 +31,7 @@ UPDATE_METADATA, UPDATE_METADATA_VERSION = 6, 7
 STOP_REPLICA, STOP_REPLICA_VERSION = 5, 3
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2
+UNKNOWN_SERVER_ERROR, BROKER_NOT_AVAILABLE, NOT_CONTROLLER, STALE_BROKER_EPOCH = -1, 8, 41, 77
 
 
 def topic_uuid(topic_id: str | None) -> uuid.UUID:
@@ -69,6 +70,7 @@ class ZkController:
         self.topic_ids: dict = {}    # topic -> base64 id
         self.states: dict = {}       # (topic, partition) -> LeaderIsr
         self.deleting: set = set()
+        self.shutting_down: set = set()  # brokers in a controlled shutdown: never elected
         self.channel = None
         self._task = None
 
@@ -111,10 +113,12 @@ class ZkController:
     async def _run(self) -> None:
         handlers = {"elect": self._elect, "brokers": self._brokers_changed, "topics": self._topics_changed,
                     "delete": self._delete_topics, "isr": self._isr_changed, "resign": self._resign,
-                    "partitions": self._topics_changed}
+                    "partitions": self._topics_changed, "shutdown": self._controlled_shutdown}
         while True:
             event, args = await self.events.get()
             if event != "elect" and event != "resign" and not self.active:
+                if event == "shutdown":
+                    args[-1].set_result((NOT_CONTROLLER, []))
                 continue
             try:
                 await handlers[event](*args)
@@ -194,6 +198,7 @@ class ZkController:
             return
         log.info("brokers changed: live %s, gone %s, new %s", sorted(now), sorted(dead - set(now)), sorted(new))
         self.live = now
+        self.shutting_down -= dead
         self.channel.set_brokers(self._addresses())
         live = set(now)
         changed = set()
@@ -219,7 +224,7 @@ class ZkController:
             s = self.states.get(key)
             if s is None or not (set(s.isr) & gone or s.leader in gone):
                 continue
-            live = set(self.live) - gone
+            live = set(self.live) - gone - self.shutting_down
             if s.leader in gone or s.leader == NO_LEADER:
                 leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
             else:
@@ -234,7 +239,8 @@ class ZkController:
             s = self.states.get(key)
             if s is None or s.leader in live:
                 continue
-            leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
+            leader, isr = elect_leader(replicas, s.isr, live - self.shutting_down,
+                                       self.config.unclean_leader_election_enable)
             if leader == NO_LEADER and s.leader == NO_LEADER:
                 continue
             if await self._write_state(key, leader, isr, s):
@@ -262,6 +268,54 @@ class ZkController:
             else:
                 isr = tuple(r for r in fresh.isr if r in self.live) or fresh.isr
         return False
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> tuple[int, list]:
+        """ControlledShutdown: (error, partitions the broker still leads), through the event queue."""
+        done = self.loop.create_future()
+        self.events.put_nowait(("shutdown", (broker_id, broker_epoch, done)))
+        return await done
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int, done) -> None:
+        try:
+            done.set_result(await self._move_off(broker_id, broker_epoch))
+        finally:
+            if not done.done():
+                done.set_result((UNKNOWN_SERVER_ERROR, []))
+
+    async def _move_off(self, broker_id: int, broker_epoch: int) -> tuple[int, list]:
+        """Kafka's steps: each partition it leads gets the next live ISR member as leader, it leaves
+        every ISR, and it stops its replicas (StopReplica without deletion) so it cannot rejoin."""
+        info = self.live.get(broker_id)
+        if info is None:
+            return BROKER_NOT_AVAILABLE, []
+        if info.epoch != broker_epoch:
+            return STALE_BROKER_EPOCH, []
+        if broker_id not in self.shutting_down:
+            log.info("controlled shutdown of broker %d", broker_id)
+        self.shutting_down.add(broker_id)
+        eligible = set(self.live) - self.shutting_down
+        changed = []
+        for key, replicas in list(self._replicas_items()):
+            s = self.states.get(key)
+            if s is None or broker_id not in s.isr or len(replicas) < 2:
+                continue
+            isr = tuple(r for r in s.isr if r != broker_id)
+            if s.leader == broker_id:
+                others = [r for r in replicas if r in isr and r in eligible]
+                if not others:
+                    continue  # no one else in sync: it keeps leading, and says so
+                leader = others[0]
+            elif s.leader == NO_LEADER or not isr:
+                continue
+            else:
+                leader = s.leader
+            if await self._write_state(key, leader, isr, s):
+                changed.append(key)
+        if changed:
+            self._send_stop_replica(broker_id, changed, delete=False)
+            self._send_leader_and_isr(changed, {b: i for b, i in self.live.items() if b != broker_id})
+            self._send_update_metadata(changed)
+        return 0, sorted(k for k, s in self.states.items() if s.leader == broker_id)
 
     async def _topics_changed(self) -> None:
         names = set(await self._zk(self.zk.topic_names))
