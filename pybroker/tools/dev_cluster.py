@@ -35,6 +35,9 @@ class _Broker:
             "log.dirs": os.path.join(directory, f"broker-{broker_id}"),
             "default.replication.factor": replication, "offsets.topic.replication.factor": replication,
             "min.insync.replicas": 1 if n < 3 else 2,
+            # Ctrl-C stops every broker at once: the last ones have nowhere to move their leaders, so
+            # their controlled shutdown retries; a second apart, not Kafka's five
+            "controlled.shutdown.retry.backoff.ms": 1000,
         }
         self.proc: subprocess.Popen | None = None
         self.ready = False
