@@ -80,11 +80,14 @@ _INTS = {
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", 0, INT_MAX),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", 0, LONG_MAX),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", 1, LONG_MAX),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 0, 100),
 }
 _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "delete.topic.enable": "delete_topic_enable",
           "unclean.leader.election.enable": "unclean_leader_election_enable",
-          "controlled.shutdown.enable": "controlled_shutdown_enable"}
+          "controlled.shutdown.enable": "controlled_shutdown_enable",
+          "auto.leader.rebalance.enable": "auto_leader_rebalance_enable"}
 # broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
 _LOG_INTS = {
     "log.segment.bytes": (14, INT_MAX),
@@ -163,6 +166,9 @@ class BrokerConfig:
     controlled_shutdown_retry_backoff_ms: int = 5000
     unclean_leader_election_enable: bool = False
     controlled_shutdown_enable: bool = True
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     inter_broker_listener_name: str | None = None
     cluster_id: str | None = None
     log_level: str = "INFO"

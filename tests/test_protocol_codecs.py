@@ -64,7 +64,7 @@ def obj_strategy(top, cls, v):
         if not vin(v, versions):
             continue
         if tag is not None:
-            known_tags.add(tag)
+            known_tags.add(int(tag))  # a spec may write a tag as a string ("0")
         kwargs[attr] = value_strategy(top, typ, v, vin(v, nullable))
     if cls.FLEXIBLE_MIN is not None and v >= cls.FLEXIBLE_MIN:
         unknown = st.lists(st.integers(0, 300).filter(lambda t: t not in known_tags),

@@ -32,6 +32,8 @@ STOP_REPLICA, STOP_REPLICA_VERSION = 5, 3
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 UNKNOWN_SERVER_ERROR, BROKER_NOT_AVAILABLE, NOT_CONTROLLER, STALE_BROKER_EPOCH = -1, 8, 41, 77
+UNKNOWN_TOPIC_OR_PARTITION, ELIGIBLE_LEADERS_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 3, 83, 84
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
 
 
 def topic_uuid(topic_id: str | None) -> uuid.UUID:
@@ -73,6 +75,7 @@ class ZkController:
         self.shutting_down: set = set()  # brokers in a controlled shutdown: never elected
         self.channel = None
         self._task = None
+        self._rebalance_task = None
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -113,12 +116,13 @@ class ZkController:
     async def _run(self) -> None:
         handlers = {"elect": self._elect, "brokers": self._brokers_changed, "topics": self._topics_changed,
                     "delete": self._delete_topics, "isr": self._isr_changed, "resign": self._resign,
-                    "partitions": self._topics_changed, "shutdown": self._controlled_shutdown}
+                    "partitions": self._topics_changed, "shutdown": self._controlled_shutdown,
+                    "elect_leaders": self._elect_leaders, "rebalance": self._rebalance_leaders}
         while True:
             event, args = await self.events.get()
             if event != "elect" and event != "resign" and not self.active:
-                if event == "shutdown":
-                    args[-1].set_result((NOT_CONTROLLER, []))
+                if event in ("shutdown", "elect_leaders"):
+                    args[-1].set_result((NOT_CONTROLLER, []) if event == "shutdown" else NOT_CONTROLLER)
                 continue
             try:
                 await handlers[event](*args)
@@ -150,11 +154,16 @@ class ZkController:
         self.active = True
         self.channel = ControllerChannel(self.node_id, self.config.controller_socket_timeout_ms / 1000)
         await self._load_cluster()
+        if self.config.auto_leader_rebalance_enable:
+            self._rebalance_task = self.loop.create_task(self._rebalance_every_interval())
 
     async def _resign(self) -> None:
         if self.active:
             log.info("broker %d resigns as controller", self.node_id)
         self.active = False
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -316,6 +325,80 @@ class ZkController:
             self._send_leader_and_isr(changed, {b: i for b, i in self.live.items() if b != broker_id})
             self._send_update_metadata(changed)
         return 0, sorted(k for k, s in self.states.items() if s.leader == broker_id)
+
+    async def elect_leaders(self, election_type: int, keys) -> dict | int:
+        """ElectLeaders: {(topic, partition): error} (``keys`` None: every partition that needs one),
+        or NOT_CONTROLLER."""
+        done = self.loop.create_future()
+        self.events.put_nowait(("elect_leaders", (election_type, keys, done)))
+        return await done
+
+    async def _elect_leaders(self, election_type: int, keys, done) -> None:
+        try:
+            done.set_result(await self._run_elections(election_type, keys))
+        finally:
+            if not done.done():
+                done.set_result({k: UNKNOWN_SERVER_ERROR for k in keys or ()})
+
+    def _election_choice(self, election_type: int, key) -> tuple[int, int, tuple]:
+        """(error, new leader, new ISR) of a preferred or unclean election of one partition."""
+        s, replicas = self.states[key], self.assignments[key[0]][key[1]]
+        eligible = set(self.live) - self.shutting_down
+        if election_type == PREFERRED:
+            preferred = replicas[0]
+            if s.leader == preferred:
+                return ELECTION_NOT_NEEDED, s.leader, s.isr
+            if preferred in eligible and preferred in s.isr:
+                return 0, preferred, s.isr
+            return ELIGIBLE_LEADERS_NOT_AVAILABLE, s.leader, s.isr
+        if s.leader in self.live:
+            return ELECTION_NOT_NEEDED, s.leader, s.isr
+        leader, isr = elect_leader(replicas, s.isr, eligible, unclean=True)
+        if leader == NO_LEADER:
+            return ELIGIBLE_LEADERS_NOT_AVAILABLE, s.leader, s.isr
+        return 0, leader, isr
+
+    async def _run_elections(self, election_type: int, keys) -> dict:
+        if keys is None:  # every partition: only those that need it are reported, as Kafka does
+            keys = [k for k in self.states if self._election_choice(election_type, k)[0] != ELECTION_NOT_NEEDED]
+        results, changed = {}, []
+        for key in keys:
+            if key not in self.states or key[0] not in self.assignments:
+                results[key] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            error, leader, isr = self._election_choice(election_type, key)
+            if error == 0:
+                if await self._write_state(key, leader, isr, self.states[key]):
+                    changed.append(key)
+                else:
+                    error = ELIGIBLE_LEADERS_NOT_AVAILABLE
+            results[key] = error
+        if changed:
+            log.info("%s election moved the leaders of %d partition(s)",
+                     "preferred" if election_type == PREFERRED else "unclean", len(changed))
+            self._send_leader_and_isr(changed, self.live)
+            self._send_update_metadata(changed)
+        return results
+
+    async def _rebalance_every_interval(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
+            self.events.put_nowait(("rebalance", ()))
+
+    async def _rebalance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: a broker whose share of partitions led by someone else,
+        among those it prefers, is above leader.imbalance.per.broker.percentage gets them back."""
+        preferred_of: dict = {}
+        for key, replicas in self._replicas_items():
+            if key in self.states and replicas:
+                preferred_of.setdefault(replicas[0], []).append(key)
+        keys = []
+        for broker_id, mine in preferred_of.items():
+            elsewhere = [k for k in mine if self.states[k].leader != broker_id]
+            if mine and len(elsewhere) * 100 / len(mine) > self.config.leader_imbalance_per_broker_percentage:
+                keys += [k for k in elsewhere if self._election_choice(PREFERRED, k)[0] == 0]
+        if keys:
+            await self._run_elections(PREFERRED, keys)
 
     async def _topics_changed(self) -> None:
         names = set(await self._zk(self.zk.topic_names))

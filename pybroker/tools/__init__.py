@@ -1,5 +1,5 @@
 """Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``,
-``groups``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
+``groups``, ``leader-election``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
 
 Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
 The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
@@ -100,6 +100,18 @@ def add_commands(sub) -> None:
     p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
                    help="timeout for each broker request (default 30000)")
     p.set_defaults(func=_runner("groups"))
+
+    p = sub.add_parser("leader-election", help="elect preferred or unclean leaders (kafka-leader-election)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--election-type", required=True, choices=["preferred", "unclean"])
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--all-topic-partitions", action="store_true", help="every partition that needs it")
+    which.add_argument("--topic", help="with --partition: one partition")
+    which.add_argument("--path-to-json-file", metavar="FILE",
+                       help='{"partitions": [{"topic": "t", "partition": 0}, ...]}')
+    p.add_argument("--partition", type=int)
+    p.add_argument("--admin-timeout-ms", type=int, default=60000, metavar="MS")
+    p.set_defaults(func=_runner("leader_election"))
 
     p = sub.add_parser("dev-cluster", help="run a local cluster for development: ZooKeeper and N brokers")
     p.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default 3)")

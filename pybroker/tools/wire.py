@@ -18,6 +18,7 @@ _SIZE = struct.Struct(">i")
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 32
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 9, 10, 15, 16, 42
+ELECT_LEADERS = 43
 TOOL_VERSIONS = {
     API_VERSIONS: (0, 3),
     METADATA: (1, 12),
@@ -33,6 +34,7 @@ TOOL_VERSIONS = {
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 4),       # v5 adds the KIP-848 group type filter
     DELETE_GROUPS: (0, 2),
+    ELECT_LEADERS: (1, 2),     # v0 knows only preferred elections and no ELIGIBLE_LEADERS_NOT_AVAILABLE
 }
 # errors after which fresh metadata (a new leader, a just-created topic) may succeed
 RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
