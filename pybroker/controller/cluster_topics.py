@@ -8,13 +8,13 @@ once this broker's metadata shows the result (bounded by the request timeout), a
 import asyncio
 import json
 import logging
-import random
 
 from pybroker.controller.controller import INTERNAL_TOPICS, InternalTopicError, TopicDeletionDisabledError, \
     check_new_topic, describe_topic_configs, new_overrides
 from pybroker.controller.metadata_store import (InvalidPartitionsError, TopicExistsError, TopicRecord,
                                                 UnknownTopicError, random_uuid, uuid_to_base64)
 from pybroker.controller import zk as zkpaths
+from pybroker.controller.placement import assign_replicas
 from pybroker.controller.zk_controller import topic_uuid
 from pybroker.errors import BrokerError
 from pybroker.log.config import LogConfig
@@ -30,26 +30,6 @@ class InvalidReplicaAssignmentError(BrokerError):
 
 class RequestTimedOutError(BrokerError):
     code = 7  # REQUEST_TIMED_OUT
-
-
-def assign_replicas(brokers: list, partitions: int, replication_factor: int, first_partition: int = 0,
-                    start: int | None = None, shift: int | None = None) -> dict:
-    """Kafka's rack-unaware placement: partition i's first replica on broker (start + i) mod n, the
-    others shifted by an offset that grows every n partitions, so replicas spread evenly."""
-    brokers = sorted(brokers)
-    n = len(brokers)
-    start = random.randrange(n) if start is None else start
-    shift = random.randrange(n) if shift is None else shift
-    out = {}
-    for i in range(first_partition, first_partition + partitions):
-        if i > 0 and i % n == 0:
-            shift += 1
-        first = (start + i) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-        out[i] = replicas
-    return out
 
 
 class ClusterTopics:
@@ -200,21 +180,22 @@ class ClusterTopics:
         await self._wait_for(lambda: name not in self.broker.metadata.topics, f"topic {name} to be deleted")
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        found = await asyncio.to_thread(self.zk.topic, name)
+        found = await asyncio.to_thread(self.zk.topic_znode, name)
         if found is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
-        topic_id, assignment, version = found
+        topic_id, assignment, version = found.topic_id, found.assignment, found.version
         if count <= len(assignment):
             raise InvalidPartitionsError(
                 f"topic {name} has {len(assignment)} partitions; the new count {count} must be larger")
         live = self._live()
-        rf = len(assignment[0])
+        rf = len(assignment[0]) - len(found.adding.get(0, ()))  # partition 0 may be mid-reassignment
         if rf > len(live):
             raise InvalidPartitionsError(f"replication factor {rf} is larger than the {len(live)} live brokers")
         if validate_only:
             return
         added = assign_replicas(live, count - len(assignment), rf, first_partition=len(assignment))
-        if not await asyncio.to_thread(self.zk.set_assignment, name, topic_id, {**assignment, **added}, version):
+        if not await asyncio.to_thread(self.zk.set_assignment, name, topic_id, {**assignment, **added}, version,
+                                       found.adding, found.removing):
             raise InvalidPartitionsError(f"topic {name} changed meanwhile; try again")
         await self._wait_for(lambda: self._has_leaders(name, count), f"new partitions of {name} to have leaders")
 

@@ -9,6 +9,9 @@ what an operator of Kafka expects:
   changed only conditionally on the znode version
 * ``/controller`` (ephemeral), ``/controller_epoch`` -- every controller write is one multi that
   first checks the controller epoch znode's version, so a deposed controller writes nothing
+* ``/brokers/topics/<t>`` also carries ``adding_replicas``/``removing_replicas`` of partitions being
+  reassigned (their ``partitions`` entry is then the full set: target first, then the original)
+* ``/config/brokers/<id>`` and ``/config/brokers/<default>`` -- dynamic broker configs
 * ``/config/topics/<t>``, ``/admin/delete_topics/<t>``, ``/cluster/id``,
   ``/latest_producer_id_block``, ``/isr_change_notification/isr_change_<seq>``
 """
@@ -27,12 +30,14 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_BROKER = "<default>"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
-PERSISTENT = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, ISR_CHANGES, "/cluster")
+PERSISTENT = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS, ISR_CHANGES, "/cluster")
 
 
 class ControllerMovedError(Exception):
@@ -54,6 +59,16 @@ class LeaderIsr:
     isr: tuple
     controller_epoch: int
     version: int = -1  # the state znode's version (Kafka's zkVersion / partition epoch)
+
+
+@dataclass(frozen=True)
+class TopicZnode:
+    """``/brokers/topics/<t>``: the assignment and the partitions being reassigned."""
+    topic_id: str | None
+    assignment: dict  # partition -> [replicas]
+    adding: dict      # partition -> [replicas being added]
+    removing: dict    # partition -> [replicas being removed]
+    version: int
 
 
 def state_path(topic: str, partition: int) -> str:
@@ -169,13 +184,21 @@ class ZkClient:
 
     def topic(self, name: str):
         """(topic_id string, {partition: [replicas]}, znode version) or None."""
+        found = self.topic_znode(name)
+        return None if found is None else (found.topic_id, found.assignment, found.version)
+
+    def topic_znode(self, name: str) -> TopicZnode | None:
         try:
             data, stat = self.kazoo.get(f"{TOPICS}/{name}")
         except NoNodeError:
             return None
         try:
             o = json.loads(data)
-            return o.get("topic_id"), {int(p): [int(b) for b in r] for p, r in o["partitions"].items()}, stat.version
+
+            def table(key):
+                return {int(p): [int(b) for b in r] for p, r in (o.get(key) or {}).items()}
+            return TopicZnode(o.get("topic_id"), table("partitions"), table("adding_replicas"),
+                              table("removing_replicas"), stat.version)
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("ignoring the unreadable assignment of topic %s: %r", name, data[:200])
             return None
@@ -187,15 +210,18 @@ class ZkClient:
             return {}
 
     @staticmethod
-    def _assignment_body(topic_id: str, assignment: dict) -> bytes:
-        return _dump({"partitions": {str(p): list(r) for p, r in sorted(assignment.items())}, "topic_id": topic_id,
-                      "adding_replicas": {}, "removing_replicas": {}, "version": 3})
+    def assignment_body(topic_id: str, assignment: dict, adding: dict | None = None,
+                        removing: dict | None = None) -> bytes:
+        def table(d):
+            return {str(p): list(r) for p, r in sorted((d or {}).items()) if r}
+        return _dump({"partitions": table(assignment), "topic_id": topic_id, "adding_replicas": table(adding),
+                      "removing_replicas": table(removing), "version": 3})
 
     def create_topic(self, name: str, topic_id: str, assignment: dict, configs: dict) -> bool:
         """Configs first, then the assignment the controller watches; False when it exists."""
         tx = self.kazoo.transaction()
         tx.create(f"{CONFIG_TOPICS}/{name}", _dump({"version": 1, "config": configs}))
-        tx.create(f"{TOPICS}/{name}", self._assignment_body(topic_id, assignment))
+        tx.create(f"{TOPICS}/{name}", self.assignment_body(topic_id, assignment))
         results = tx.commit()
         if any(isinstance(r, NodeExistsError) for r in results):
             return False
@@ -204,20 +230,34 @@ class ZkClient:
                 raise r
         return True
 
-    def set_assignment(self, name: str, topic_id: str, assignment: dict, version: int) -> bool:
+    def set_assignment(self, name: str, topic_id: str, assignment: dict, version: int, adding: dict | None = None,
+                       removing: dict | None = None) -> bool:
         try:
-            self.kazoo.set(f"{TOPICS}/{name}", self._assignment_body(topic_id, assignment), version=version)
+            self.kazoo.set(f"{TOPICS}/{name}", self.assignment_body(topic_id, assignment, adding, removing),
+                           version=version)
             return True
         except BadVersionError:
             return False
 
     def set_topic_configs(self, name: str, configs: dict) -> None:
-        path = f"{CONFIG_TOPICS}/{name}"
+        self._set_configs(f"{CONFIG_TOPICS}/{name}", configs)
+
+    def _set_configs(self, path: str, configs: dict) -> None:
         body = _dump({"version": 1, "config": configs})
         if self.kazoo.exists(path):
             self.kazoo.set(path, body)
         else:
             self.kazoo.create(path, body, makepath=True)
+
+    def broker_configs(self, entity: str) -> dict:
+        """Dynamic configs of broker ``entity`` (an id, or ``<default>``)."""
+        try:
+            return dict(json.loads(self.kazoo.get(f"{CONFIG_BROKERS}/{entity}")[0]).get("config", {}))
+        except NoNodeError:
+            return {}
+
+    def set_broker_configs(self, entity: str, configs: dict) -> None:
+        self._set_configs(f"{CONFIG_BROKERS}/{entity}", configs)
 
     def mark_for_deletion(self, name: str) -> None:
         try:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pybroker.controller import zk as zkpaths
 from pybroker.controller.channel import ControllerChannel
 from pybroker.controller.metadata_cache import PartitionState
+from pybroker.controller.reassignment import Reassigner
 from pybroker.controller.zk import ControllerMovedError, LeaderIsr, encode_state, state_path
 from pybroker.protocol.messages import REQUESTS
 
@@ -73,6 +74,7 @@ class ZkController:
         self.states: dict = {}       # (topic, partition) -> LeaderIsr
         self.deleting: set = set()
         self.shutting_down: set = set()  # brokers in a controlled shutdown: never elected
+        self.reassigner = Reassigner(self)
         self.channel = None
         self._task = None
         self._rebalance_task = None
@@ -83,7 +85,7 @@ class ZkController:
         """Thread-safe: called from kazoo's watch threads."""
         self.loop.call_soon_threadsafe(self.events.put_nowait, (event, args))
 
-    async def _zk(self, fn, *args):
+    async def zk_call(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
 
     async def startup(self) -> None:
@@ -117,11 +119,12 @@ class ZkController:
         handlers = {"elect": self._elect, "brokers": self._brokers_changed, "topics": self._topics_changed,
                     "delete": self._delete_topics, "isr": self._isr_changed, "resign": self._resign,
                     "partitions": self._topics_changed, "shutdown": self._controlled_shutdown,
-                    "elect_leaders": self._elect_leaders, "rebalance": self._rebalance_leaders}
+                    "elect_leaders": self._elect_leaders, "rebalance": self._rebalance_leaders,
+                    "reassign": self._reassign}
         while True:
             event, args = await self.events.get()
             if event != "elect" and event != "resign" and not self.active:
-                if event in ("shutdown", "elect_leaders"):
+                if event in ("shutdown", "elect_leaders", "reassign"):
                     args[-1].set_result((NOT_CONTROLLER, []) if event == "shutdown" else NOT_CONTROLLER)
                 continue
             try:
@@ -137,17 +140,17 @@ class ZkController:
     # ---- election ---------------------------------------------------------------------------
 
     async def _elect(self) -> None:
-        current = await self._zk(self.zk.controller_id)
+        current = await self.zk_call(self.zk.controller_id)
         if current == self.node_id and self.active:
             return
         if current is not None:
             if self.active:
                 await self._resign()
             return
-        if not await self._zk(self.zk.try_become_controller, self.node_id):
+        if not await self.zk_call(self.zk.try_become_controller, self.node_id):
             return
         try:
-            self.epoch, self.epoch_version = await self._zk(self.zk.increment_controller_epoch)
+            self.epoch, self.epoch_version = await self.zk_call(self.zk.increment_controller_epoch)
         except ControllerMovedError:
             return
         log.info("broker %d is the controller (epoch %d)", self.node_id, self.epoch)
@@ -170,36 +173,41 @@ class ZkController:
 
     async def _load_cluster(self) -> None:
         """A new controller reads everything, elects where needed and tells every broker."""
-        self.live = await self._zk(self.zk.brokers)
+        self.live = await self.zk_call(self.zk.brokers)
         self.channel.set_brokers(self._addresses())
         self.assignments, self.topic_ids, self.states = {}, {}, {}
-        for name in await self._zk(self.zk.topic_names):
+        self.reassigner = Reassigner(self)
+        for name in await self.zk_call(self.zk.topic_names):
             await self._read_topic(name)
         self.deleting = set()
         await self._initialize_new_partitions()
         changed = await self._elect_offline(set(self.live))
-        self._send_leader_and_isr(list(self.states), self.live)
-        self._send_update_metadata(list(self.states))
+        self.send_leader_and_isr(list(self.states), self.live)
+        self.send_update_metadata(list(self.states))
         log.info("controller loaded %d topics, %d partitions, brokers %s (%d leaders changed)",
                  len(self.assignments), len(self.states), sorted(self.live), len(changed))
         await self._delete_topics()
         await self._isr_changed()
+        if self.reassigner.ongoing:
+            log.info("resuming %d partition reassignment(s)", len(self.reassigner.ongoing))
+            await self.reassigner.maybe_complete()
 
     async def _read_topic(self, name: str) -> None:
-        found = await self._zk(self.zk.topic, name)
+        found = await self.zk_call(self.zk.topic_znode, name)
         if found is None:
             return
-        topic_id, assignment, _ = found
-        self.assignments[name], self.topic_ids[name] = assignment, topic_id
+        assignment = found.assignment
+        self.assignments[name], self.topic_ids[name] = assignment, found.topic_id
+        self.reassigner.load(name, found)
         for p in assignment:
-            state = await self._zk(self.zk.partition_state, name, p)
+            state = await self.zk_call(self.zk.partition_state, name, p)
             if state is not None:
                 self.states[(name, p)] = state
 
     # ---- events -----------------------------------------------------------------------------
 
     async def _brokers_changed(self) -> None:
-        now = await self._zk(self.zk.brokers)
+        now = await self.zk_call(self.zk.brokers)
         old = self.live
         dead = {b for b in old if b not in now or now[b].epoch != old[b].epoch}
         new = {b for b in now if b not in old or now[b].epoch != old[b].epoch}
@@ -214,12 +222,13 @@ class ZkController:
         if dead:  # a bounced broker (new epoch) counts as gone first: it rejoins the ISR by catching up
             changed |= await self._remove_from_isr(dead)
         changed |= await self._elect_offline(live)
-        self._send_update_metadata(list(self.states))
+        self.send_update_metadata(list(self.states))
         if new:  # a (re)started broker learns every partition it hosts, as follower or leader
             mine = [k for k, r in self._replicas_items() if set(r) & new]
-            self._send_leader_and_isr(mine, {b: now[b] for b in new})
+            self.send_leader_and_isr(mine, {b: now[b] for b in new})
         if changed:
-            self._send_leader_and_isr(sorted(changed), self.live)
+            self.send_leader_and_isr(sorted(changed), self.live)
+        await self.reassigner.maybe_complete()
 
     def _replicas_items(self):
         for topic, assignment in self.assignments.items():
@@ -260,14 +269,14 @@ class ZkController:
         """A new leader epoch, written behind the controller-epoch check; retried on a newer version."""
         for _ in range(5):
             new = LeaderIsr(leader, old.leader_epoch + 1, tuple(isr), self.epoch, old.version)
-            results = await self._zk(self.zk.fenced, self.epoch_version,
+            results = await self.zk_call(self.zk.fenced, self.epoch_version,
                                      [lambda tx, k=key, n=new: tx.set_data(state_path(*k), encode_state(n), n.version)])
             if not isinstance(results[0], Exception):
                 self.states[key] = replace(new, version=results[0].version)
                 if leader == NO_LEADER:
                     log.warning("%s-%d is offline: no live in-sync replica (ISR %s)", *key, list(isr))
                 return True
-            fresh = await self._zk(self.zk.partition_state, *key)  # a leader changed the ISR meanwhile
+            fresh = await self.zk_call(self.zk.partition_state, *key)  # a leader changed the ISR meanwhile
             if fresh is None:
                 return False
             self.states[key] = old = fresh
@@ -321,9 +330,9 @@ class ZkController:
             if await self._write_state(key, leader, isr, s):
                 changed.append(key)
         if changed:
-            self._send_stop_replica(broker_id, changed, delete=False)
-            self._send_leader_and_isr(changed, {b: i for b, i in self.live.items() if b != broker_id})
-            self._send_update_metadata(changed)
+            self.send_stop_replica(broker_id, changed, delete=False)
+            self.send_leader_and_isr(changed, {b: i for b, i in self.live.items() if b != broker_id})
+            self.send_update_metadata(changed)
         return 0, sorted(k for k, s in self.states.items() if s.leader == broker_id)
 
     async def elect_leaders(self, election_type: int, keys) -> dict | int:
@@ -376,9 +385,22 @@ class ZkController:
         if changed:
             log.info("%s election moved the leaders of %d partition(s)",
                      "preferred" if election_type == PREFERRED else "unclean", len(changed))
-            self._send_leader_and_isr(changed, self.live)
-            self._send_update_metadata(changed)
+            self.send_leader_and_isr(changed, self.live)
+            self.send_update_metadata(changed)
         return results
+
+    async def alter_reassignments(self, changes: dict):
+        """AlterPartitionReassignments: {(topic, partition): (error, message)}, or NOT_CONTROLLER."""
+        done = self.loop.create_future()
+        self.events.put_nowait(("reassign", (changes, done)))
+        return await done
+
+    async def _reassign(self, changes: dict, done) -> None:
+        try:
+            done.set_result(await self.reassigner.alter(changes))
+        finally:
+            if not done.done():
+                done.set_result({k: (UNKNOWN_SERVER_ERROR, "the controller failed") for k in changes})
 
     async def _rebalance_every_interval(self) -> None:
         while True:
@@ -401,16 +423,16 @@ class ZkController:
             await self._run_elections(PREFERRED, keys)
 
     async def _topics_changed(self) -> None:
-        names = set(await self._zk(self.zk.topic_names))
+        names = set(await self.zk_call(self.zk.topic_names))
         for gone in set(self.assignments) - names:
             self._forget_topic(gone)
         for name in names:
-            found = await self._zk(self.zk.topic, name)
+            found = await self.zk_call(self.zk.topic_znode, name)
             if found is None:
                 continue
-            topic_id, assignment, _ = found
-            if assignment != self.assignments.get(name):
-                self.assignments[name], self.topic_ids[name] = assignment, topic_id
+            if found.assignment != self.assignments.get(name):
+                self.assignments[name], self.topic_ids[name] = found.assignment, found.topic_id
+                self.reassigner.load(name, found)
         await self._initialize_new_partitions()
 
     async def _initialize_new_partitions(self) -> None:
@@ -419,27 +441,27 @@ class ZkController:
         for key, replicas in list(self._replicas_items()):
             if key in self.states or key[0] in self.deleting:
                 continue
-            existing = await self._zk(self.zk.partition_state, *key)
+            existing = await self.zk_call(self.zk.partition_state, *key)
             if existing is not None:
                 self.states[key] = existing
                 created.append(key)
                 continue
             live = [r for r in replicas if r in self.live]
             state = LeaderIsr(live[0] if live else NO_LEADER, 0, tuple(live or replicas), self.epoch, 0)
-            await self._zk(self.zk.kazoo.ensure_path, f"{zkpaths.TOPICS}/{key[0]}/partitions/{key[1]}")
-            results = await self._zk(self.zk.fenced, self.epoch_version,
+            await self.zk_call(self.zk.kazoo.ensure_path, f"{zkpaths.TOPICS}/{key[0]}/partitions/{key[1]}")
+            results = await self.zk_call(self.zk.fenced, self.epoch_version,
                                      [lambda tx, k=key, s=state: tx.create(state_path(*k), encode_state(s))])
             if isinstance(results[0], Exception):
-                self.states[key] = await self._zk(self.zk.partition_state, *key)
+                self.states[key] = await self.zk_call(self.zk.partition_state, *key)
             else:
                 self.states[key] = state
             created.append(key)
         if created:
-            self._send_leader_and_isr(created, self.live, is_new=True)
-            self._send_update_metadata(created)
+            self.send_leader_and_isr(created, self.live, is_new=True)
+            self.send_update_metadata(created)
 
     async def _delete_topics(self) -> None:
-        for name in await self._zk(self.zk.topics_to_delete):
+        for name in await self.zk_call(self.zk.topics_to_delete):
             keys = [k for k in self.states if k[0] == name]
             self.deleting.add(name)
             by_broker = {}
@@ -448,10 +470,10 @@ class ZkController:
                     by_broker.setdefault(r, []).append(key)
             for bid, ks in by_broker.items():
                 if bid in self.live:
-                    self._send_stop_replica(bid, ks, delete=True)
-            await self._zk(self._delete_topic_znodes, name)
+                    self.send_stop_replica(bid, ks, delete=True)
+            await self.zk_call(self._delete_topic_znodes, name)
             self._forget_topic(name)
-            self._send_update_metadata([], deleted=[name])
+            self.send_update_metadata([], deleted=[name])
             self.deleting.discard(name)
             log.info("deleted topic %s", name)
 
@@ -473,25 +495,27 @@ class ZkController:
             raise RuntimeError(f"could not delete the znodes of topic {name}: {results}")
 
     def _forget_topic(self, name: str) -> None:
+        self.reassigner.forget_topic(name)
         self.assignments.pop(name, None)
         self.topic_ids.pop(name, None)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
 
     async def _isr_changed(self) -> None:
-        children = await self._zk(self.zk.isr_change_notifications)
+        children = await self.zk_call(self.zk.isr_change_notifications)
         keys = set()
         for child in children:
-            keys.update(await self._zk(self.zk.read_isr_change, child))
+            keys.update(await self.zk_call(self.zk.read_isr_change, child))
         for key in keys:
             if key[0] in self.assignments:
-                fresh = await self._zk(self.zk.partition_state, *key)
+                fresh = await self.zk_call(self.zk.partition_state, *key)
                 if fresh is not None:
                     self.states[key] = fresh
         for child in children:
-            await self._zk(self.zk.delete_isr_change, child)
+            await self.zk_call(self.zk.delete_isr_change, child)
         if keys:
-            self._send_update_metadata([k for k in keys if k in self.states])
+            self.send_update_metadata([k for k in keys if k in self.states])
+            await self.reassigner.maybe_complete([k for k in keys if k in self.reassigner.ongoing])
 
     # ---- requests to brokers ----------------------------------------------------------------
 
@@ -510,7 +534,7 @@ class ZkController:
         return PartitionState(key[0], key[1], s.leader, s.leader_epoch, s.isr, replicas, s.controller_epoch,
                               s.version, tuple(r for r in replicas if r not in self.live))
 
-    def _send_leader_and_isr(self, keys, brokers, is_new: bool = False) -> None:
+    def send_leader_and_isr(self, keys, brokers, is_new: bool = False) -> None:
         req_cls = REQUESTS[LEADER_AND_ISR]
         addresses = self._addresses()
         per_broker: dict = {}
@@ -529,7 +553,8 @@ class ZkController:
                 topics.setdefault(key[0], []).append(req_cls.LeaderAndIsrPartitionState(
                     topic_name=key[0], partition_index=key[1], controller_epoch=self.epoch, leader=s.leader,
                     leader_epoch=s.leader_epoch, isr=list(s.isr), partition_epoch=s.zk_version,
-                    replicas=list(s.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new))
+                    replicas=list(s.replicas), adding_replicas=list(self.reassigner.adding_removing(key)[0]),
+                    removing_replicas=list(self.reassigner.adding_removing(key)[1]), is_new=is_new))
             req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch,
                           broker_epoch=self.live[bid].epoch, type=0,
                           topic_states=[req_cls.LeaderAndIsrTopicState(topic_name=t, topic_id=topic_uuid(
@@ -539,7 +564,7 @@ class ZkController:
                                         for b in sorted(leaders) if b in addresses])
             self.channel.send(bid, req, LEADER_AND_ISR_VERSION)
 
-    def _send_update_metadata(self, keys, deleted=()) -> None:
+    def send_update_metadata(self, keys, deleted=()) -> None:
         req_cls = REQUESTS[UPDATE_METADATA]
         topics: dict = {}
         for key in keys:
@@ -565,7 +590,7 @@ class ZkController:
                               for t, ps in topics.items()], live_brokers=brokers)
             self.channel.send(bid, req, UPDATE_METADATA_VERSION)
 
-    def _send_stop_replica(self, bid: int, keys, delete: bool) -> None:
+    def send_stop_replica(self, bid: int, keys, delete: bool) -> None:
         req_cls = REQUESTS[STOP_REPLICA]
         topics: dict = {}
         for t, p in keys:

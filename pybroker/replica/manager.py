@@ -23,6 +23,7 @@ REQUEST_TIMED_OUT = 7
 STALE_CONTROLLER_EPOCH = 11
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 UNKNOWN_SERVER_ERROR = -1
+DEBUGGING_CONSUMER_ID = -2  # Fetch replica id of a debugging consumer: reads any replica
 
 
 @dataclass
@@ -263,6 +264,8 @@ class ReplicaManager:
         while True:
             if replica_id >= 0:
                 results, total = self.read_for_follower(replica_id, requests, max_bytes)
+            elif replica_id == DEBUGGING_CONSUMER_ID:
+                results, total = self.read_for_debugging(requests, max_bytes)
             else:
                 results, total = self.read(requests, max_bytes, committed_only)
             remaining = deadline - time.monotonic()
@@ -319,6 +322,28 @@ class ReplicaManager:
                 if p.update_follower(replica_id, req.fetch_offset, now):
                     self.high_watermark_moved(p)
                 self._maybe_expand_isr(p)
+            except BrokerError as exc:
+                results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
+                continue
+            total += records.length
+            results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                                       records if records.length else None))
+        return results, total
+
+    def read_for_debugging(self, requests: list[FetchRequestPartition], max_bytes: int):
+        """Kafka's debugging consumer (replica id -2, e.g. ``pybroker verify-replicas``): any replica,
+        leader or follower, read up to its own log end, with its own HW; no follower state moves."""
+        results, total = [], 0
+        for req in requests:
+            p = self.partitions.get((req.topic, req.partition))
+            if p is None:
+                results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            try:
+                p.check_leader_epoch(req.current_leader_epoch)
+                budget = min(req.max_bytes, max(max_bytes - total, 0))
+                # at least one batch, as for followers: an empty answer always means "at the log end"
+                records = p.log.read(req.fetch_offset, budget, max_offset=None, min_one_batch=True)
             except BrokerError as exc:
                 results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
                 continue

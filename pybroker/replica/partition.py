@@ -104,10 +104,13 @@ class Partition:
             self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
             return True
         now = monotonic_ms()
+        # a leader that stays leader (a new epoch: reassignment, ISR moves) keeps what it knows of its followers
+        known = self.followers if self.is_leader else {}
         self.leader_id, self.leader_epoch = self.node_id, state.leader_epoch
         self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
         self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
-        self.followers = {r: FollowerState(now, r in self.isr) for r in self.replicas if r != self.node_id}
+        self.followers = {r: known.get(r) or FollowerState(now, r in self.isr)
+                          for r in self.replicas if r != self.node_id}
         self.isr_change_in_flight = False
         self.log.epochs.assign(state.leader_epoch, self.log_end_offset)
         self.maybe_increment_high_watermark()

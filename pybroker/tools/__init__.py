@@ -1,5 +1,5 @@
 """Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``,
-``groups``, ``leader-election``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
+``groups``, ``leader-election``, ``cluster``, ``log-dirs``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
 
 Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
 The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
@@ -49,6 +49,12 @@ def add_commands(sub) -> None:
     p.add_argument("--if-not-exists", action="store_true", help="create: succeed if the topic exists")
     p.add_argument("--if-exists", action="store_true", help="alter/delete/describe: succeed if it does not")
     p.add_argument("--exclude-internal", action="store_true", help="list/describe: skip internal topics")
+    health = p.add_mutually_exclusive_group()
+    for name, doc in (("under-replicated-partitions", "fewer in-sync replicas than replicas"),
+                      ("unavailable-partitions", "no leader, or a leader that is not live"),
+                      ("under-min-isr-partitions", "fewer in-sync replicas than min.insync.replicas"),
+                      ("at-min-isr-partitions", "exactly min.insync.replicas in-sync replicas")):
+        health.add_argument(f"--{name}", action="store_true", help=f"describe: only partitions with {doc}")
     p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
                    help="timeout for each broker request (default 30000)")
     p.set_defaults(func=_runner("topics"))
@@ -112,6 +118,65 @@ def add_commands(sub) -> None:
     p.add_argument("--partition", type=int)
     p.add_argument("--admin-timeout-ms", type=int, default=60000, metavar="MS")
     p.set_defaults(func=_runner("leader_election"))
+
+    p = sub.add_parser("verify-replicas",
+                       help="check that every replica holds the same batches below the high watermark "
+                            "(kafka-replica-verification)")
+    p.add_argument("--bootstrap-server", "--broker-list", dest="bootstrap_server", required=True,
+                   metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--topics-include", default=".*", metavar="REGEX",
+                   help="topics to verify: a regular expression matched against whole topic names, "
+                        "internal topics included (default .*)")
+    p.add_argument("--fetch-size", type=int, default=1 << 20, metavar="BYTES",
+                   help="bytes fetched per partition and request (default 1048576)")
+    p.add_argument("--max-wait-ms", type=int, default=1000, metavar="MS",
+                   help="how long a fetch waits for new data when there is none (default 1000)")
+    p.add_argument("--report-interval-ms", type=int, default=30000, metavar="MS",
+                   help="with --time-limit-ms: print the max lag this often (default 30000)")
+    p.add_argument("--time-limit-ms", type=int, default=0, metavar="MS",
+                   help="keep verifying new data for MS; 0 (default): one pass, then exit")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
+                   help="timeout for each broker request (default 30000)")
+    p.set_defaults(func=_runner("verify_replicas"))
+
+    p = sub.add_parser("cluster", help="describe the cluster: brokers, controller, partitions, log dir sizes")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--describe", action="store_true", required=True, help="describe the cluster")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
+                   help="timeout for each broker request (default 30000)")
+    p.set_defaults(func=_runner("cluster"))
+
+    p = sub.add_parser("log-dirs", help="describe brokers' log dirs as JSON (kafka-log-dirs)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--describe", action="store_true", required=True, help="describe the log dirs")
+    p.add_argument("--broker-list", metavar="ID[,ID...]", help="only these brokers (default: all)")
+    p.add_argument("--topic-list", metavar="TOPIC[,TOPIC...]", help="only these topics (default: all)")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS",
+                   help="timeout for each broker request (default 30000)")
+    p.set_defaults(func=_runner("log_dirs"))
+
+    p = sub.add_parser("reassign-partitions", help="move partition replicas between brokers "
+                                                   "(kafka-reassign-partitions)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--generate", action="store_true",
+                        help="propose a placement of --topics-to-move-json-file on --broker-list")
+    action.add_argument("--execute", action="store_true", help="start the moves of --reassignment-json-file")
+    action.add_argument("--verify", action="store_true",
+                        help="report the moves of --reassignment-json-file; clears throttles once all are done")
+    action.add_argument("--cancel", action="store_true", help="revert the moves of --reassignment-json-file")
+    action.add_argument("--list", action="store_true", help="list the moves in progress")
+    p.add_argument("--topics-to-move-json-file", metavar="FILE", help='{"topics":[{"topic":"t"}],"version":1}')
+    p.add_argument("--broker-list", metavar="ID,ID,...", help="generate: the brokers to place the topics on")
+    p.add_argument("--reassignment-json-file", metavar="FILE",
+                   help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}')
+    p.add_argument("--throttle", type=int, metavar="BYTES/S",
+                   help="execute: cap the replication traffic of the moves at this rate per broker")
+    p.add_argument("--additional", action="store_true", help="execute: add to the moves already in progress")
+    p.add_argument("--preserve-throttles", action="store_true", help="verify/cancel: leave the throttles set")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS")
+    p.set_defaults(func=_runner("reassign_partitions"))
 
     p = sub.add_parser("dev-cluster", help="run a local cluster for development: ZooKeeper and N brokers")
     p.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default 3)")

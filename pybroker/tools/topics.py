@@ -4,6 +4,7 @@ import uuid
 
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
+from pybroker.tools.partition_health import FILTERS, partition_filter
 from pybroker.tools.wire import (CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS,
                                  Client, KafkaError, ToolError, check)
 
@@ -13,6 +14,8 @@ ATTEMPTS = 3  # requests retried after NOT_CONTROLLER
 
 
 def run(args) -> int:
+    if not args.describe and any(getattr(args, f, False) for f in FILTERS):
+        raise ToolError("the partition filters (--under-replicated-partitions ...) need --describe")
     with Client(args.bootstrap_server, args.command_timeout_ms) as client:
         if args.list:
             return list_topics(client, args)
@@ -150,7 +153,8 @@ def describe(client: Client, args) -> int:
         if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and args.if_exists:
             return 0
         check(t.error_code, None, f"cannot describe topic {t.name!r}")
-    configs = overrides(client, [t.name for t in topics])
+    keep = partition_filter(client, args, topics)
+    configs = overrides(client, [t.name for t in topics]) if keep is None else {}
     for t in topics:
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
         rf = len(parts[0].replica_nodes) if parts else 0
@@ -158,8 +162,11 @@ def describe(client: Client, args) -> int:
         if getattr(t, "topic_id", None) not in (None, uuid.UUID(int=0)):
             head += f"\tTopicId: {t.topic_id}"
         cfg = ",".join(f"{k}={v}" for k, v in configs.get(t.name, []))
-        print(f"{head}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: {cfg}")
+        if keep is None:  # a filtered describe lists partitions only, as kafka-topics does
+            print(f"{head}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: {cfg}")
         for p in parts:
+            if keep is not None and not keep(t, p):
+                continue
             leader = p.leader_id if p.leader_id >= 0 else "none"
             line = (f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {leader}\t"
                     f"Replicas: {_nodes(p.replica_nodes)}\tIsr: {_nodes(p.isr_nodes)}")

@@ -1,0 +1,42 @@
+"""DescribeCluster (KIP-700): the live brokers on the caller's listener, the controller and the
+cluster id, from the metadata cache, as Metadata names them. A ZooKeeper-mode broker describes
+brokers only: endpoint type 2 (controllers) is refused."""
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+BROKERS_ENDPOINT = 1
+INVALID_REQUEST = 42
+MISMATCHED_ENDPOINT_TYPE = 114
+UNSUPPORTED_ENDPOINT_TYPE = 115
+NO_OPERATIONS = -2147483648  # authorized operations not asked for
+# AclOperation codes the cluster resource supports; all are allowed: pybroker has no authorizer
+CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS IDEMPOTENT_WRITE
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKERS_ENDPOINT
+    if endpoint_type != BROKERS_ENDPOINT:
+        known = endpoint_type == 2  # controllers: a real type, but not one a broker answers for
+        code = INVALID_REQUEST if ctx.version == 0 else (MISMATCHED_ENDPOINT_TYPE if known else UNSUPPORTED_ENDPOINT_TYPE)
+        return Response(throttle_time_ms=0, error_code=code, endpoint_type=endpoint_type, cluster_id="",
+                        error_message=f"a broker describes endpoint type 1 (brokers), not {endpoint_type}",
+                        controller_id=-1, brokers=[], cluster_authorized_operations=NO_OPERATIONS)
+    cache = ctx.broker.metadata
+    listener = ctx.connection.server.listener_name
+    brokers = []
+    for b in sorted(cache.brokers.values(), key=lambda b: b.id):
+        address = b.address(listener)
+        if address is not None:  # a broker without this listener cannot be reached by this client
+            brokers.append(Response.DescribeClusterBroker(broker_id=b.id, host=address[0], port=address[1],
+                                                          rack=b.rack))
+    operations = NO_OPERATIONS
+    if request.include_cluster_authorized_operations:
+        operations = sum(1 << op for op in CLUSTER_OPERATIONS)
+    return Response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
+                    cluster_id=ctx.broker.cluster_id, controller_id=cache.controller_id, brokers=brokers,
+                    cluster_authorized_operations=operations)

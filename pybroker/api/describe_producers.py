@@ -1,0 +1,42 @@
+"""DescribeProducers (KIP-664): the active idempotent producers of partitions this broker leads,
+from each partition's producer state. pybroker has no transactions, so coordinator epoch and
+current transaction start offset are always -1."""
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 61
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    topics = []
+    for t in request.topics:
+        partitions = [_partition(ctx.broker, t.name, index) for index in t.partition_indexes]
+        topics.append(Response.TopicResponse(name=t.name, partitions=partitions))
+    return Response(throttle_time_ms=0, topics=topics)
+
+
+def _partition(broker, topic: str, index: int):
+    p = broker.replicas.get(topic, index)
+    if p is None or not p.is_leader:
+        # as Kafka: a partition the cluster knows but this broker does not lead is NOT_LEADER
+        known = p is not None or broker.metadata.partition(topic, index) is not None
+        code = NOT_LEADER_OR_FOLLOWER if known else UNKNOWN_TOPIC_OR_PARTITION
+        return Response.PartitionResponse(partition_index=index, error_code=code, error_message=_MESSAGES[code],
+                                          active_producers=[])
+    producers = [Response.ProducerState(
+        producer_id=pid, producer_epoch=entry.epoch,
+        last_sequence=entry.batches[-1][1] if entry.batches else -1, last_timestamp=entry.last_timestamp,
+        coordinator_epoch=-1, current_txn_start_offset=-1)
+        for pid, entry in sorted(p.producers.producers.items())]
+    return Response.PartitionResponse(partition_index=index, error_code=0, error_message=None,
+                                      active_producers=producers)
+
+
+_MESSAGES = {UNKNOWN_TOPIC_OR_PARTITION: "this topic or partition does not exist",
+             NOT_LEADER_OR_FOLLOWER: "this broker is not the leader of the partition"}

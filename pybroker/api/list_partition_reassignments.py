@@ -1,0 +1,25 @@
+"""ListPartitionReassignments (KIP-455): the moves in progress, answered by the controller."""
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 46
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+NOT_CONTROLLER = 41
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    controller = ctx.broker.zk_controller
+    if controller is None or not controller.active:
+        return Response(throttle_time_ms=0, error_code=NOT_CONTROLLER,
+                        error_message="this broker is not the controller", topics=[])
+    keys = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    topics: dict = {}
+    for (topic, partition), r in sorted(controller.reassigner.list(keys).items()):
+        topics.setdefault(topic, []).append(Response.OngoingPartitionReassignment(
+            partition_index=partition, replicas=list(r.replicas), adding_replicas=list(r.adding),
+            removing_replicas=list(r.removing)))
+    return Response(throttle_time_ms=0, error_code=0, error_message=None, topics=[
+        Response.OngoingTopicReassignment(name=t, partitions=ps) for t, ps in topics.items()])
