@@ -45,6 +45,7 @@ class Broker:
         self.coordinator = None
         self.zk = None
         self.zk_controller = None
+        self.dynamic_configs = None  # a cluster's live broker configs (replication throttles)
         self.broker_epoch = -1
         self._signalled = asyncio.Event()  # set once a signal's controlled shutdown is over
         self._on_signal_task = None
@@ -108,7 +109,9 @@ class Broker:
         self.controller.startup()
 
     async def _start_cluster(self) -> None:
+        from pybroker.controller.broker_configs import DynamicBrokerConfigs
         from pybroker.controller.cluster_topics import ClusterTopics
+        from pybroker.replica.throttle import ReplicationQuota
         from pybroker.controller.metadata_store import new_cluster_id
         from pybroker.controller.zk import ZkClient
         from pybroker.replica.fetcher import ReplicaFetcherManager
@@ -128,6 +131,10 @@ class Broker:
         await self.controller.startup()
         self.replicas.fetchers = ReplicaFetcherManager(self.node_id, cfg)
         self.replicas.isr_writer = self._write_isr
+        self.replicas.leader_quota = ReplicationQuota(samples=cfg.replication_quota_window_num,
+                                                      sample_s=cfg.replication_quota_window_size_seconds)
+        self.dynamic_configs = DynamicBrokerConfigs(self, self.zk)
+        await self.dynamic_configs.startup()
         assignments = self.controller.assignments
         self._remove_stale_logs(self.controller.topics,
                                 lambda t, p: self.node_id in assignments.get(t, {}).get(p, ()))
@@ -196,6 +203,10 @@ class Broker:
 
     def apply_leader_and_isr(self, controller_epoch: int, states, topic_ids: dict, leaders: dict) -> dict:
         return self.replicas.apply_states(controller_epoch, states, topic_ids, self.log_config_for, leaders)
+
+    def apply_dynamic_configs(self, values: dict) -> None:
+        self.replicas.leader_quota.rate = values["leader.replication.throttled.rate"]
+        self.replicas.fetchers.follower_quota.rate = values["follower.replication.throttled.rate"]
 
     def apply_log_config(self, topic: str) -> None:
         cfg = self.log_config_for(topic)

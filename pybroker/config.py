@@ -82,6 +82,8 @@ _INTS = {
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", 0, LONG_MAX),
     "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", 1, LONG_MAX),
     "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 0, 100),
+    "replication.quota.window.num": ("replication_quota_window_num", 1, INT_MAX),
+    "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", 1, INT_MAX),
 }
 _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "delete.topic.enable": "delete_topic_enable",
@@ -169,6 +171,8 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     inter_broker_listener_name: str | None = None
     cluster_id: str | None = None
     log_level: str = "INFO"
@@ -314,7 +318,7 @@ class BrokerConfig:
         return out
 
 
-_BROKER_LOG_NAMES = {f.name: BROKER_NAMES[f.name] for f in fields(LogConfig)}  # LogConfig field -> key
+_BROKER_LOG_NAMES = {f.name: BROKER_NAMES[f.name] for f in fields(LogConfig) if f.name in BROKER_NAMES}  # field -> key
 
 
 def parse_int(key: str, value: str, lo: int, hi: int) -> int:

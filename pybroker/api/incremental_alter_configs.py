@@ -1,9 +1,10 @@
 """IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs.
 
-Topic resources only: changes are validated like CreateTopics' configs, stored durably (they
-survive a restart) and applied to the topic's open logs. Every broker config of this broker is
-static, so a broker resource fails as Kafka fails a config that cannot be updated dynamically:
-INVALID_REQUEST ("Cannot update these configs dynamically"). APPEND/SUBTRACT apply only to list
+Topic changes are validated like CreateTopics' configs, stored durably (they survive a restart)
+and applied to the topic's open logs. On a cluster the replication throttle rates of a broker may
+change live (pybroker/controller/broker_configs.py); every other broker config is static, so it
+fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUEST ("Cannot update
+these configs dynamically"). APPEND/SUBTRACT apply only to list
 configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
 """
 from pybroker.asyncutil import settle
@@ -40,7 +41,9 @@ async def alter_resource(ctx, resource_type, name, changes: dict, replace_all: b
     elif resource_type == BROKER:
         if name not in ("", str(ctx.broker.node_id)):
             raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.broker.node_id}")
-        if changes or not replace_all:
+        if ctx.broker.dynamic_configs is not None:  # a cluster keeps dynamic broker configs in ZooKeeper
+            await ctx.broker.dynamic_configs.alter(name, changes, replace_all, validate_only)
+        elif changes or not replace_all:
             keys = ", ".join(sorted(changes)) or "(none)"
             raise ConfigChangeError(f"Cannot update these configs dynamically: {keys} "
                                     "(this broker's configs are all static)")

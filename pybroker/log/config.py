@@ -1,7 +1,9 @@
 """Per-log settings under Kafka's topic-level names (and the broker-level ``log.*`` defaults)."""
+import re
 from dataclasses import dataclass, fields
 
 NO_LIMIT = -1
+THROTTLED_REPLICAS = re.compile(r"\s*(\*|(\d+:\d+\s*(,\s*\d+:\d+\s*)*)?)\s*")  # "*" or "partition:broker,..."
 LONG_MAX = 2**63 - 1
 
 
@@ -19,6 +21,8 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
     cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy (no compaction yet)
     min_insync_replicas: int = 1                         # min.insync.replicas (topic and broker level)
+    leader_replication_throttled_replicas: str = ""      # leader.replication.throttled.replicas (topic only)
+    follower_replication_throttled_replicas: str = ""    # follower.replication.throttled.replicas (topic only)
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -33,6 +37,10 @@ class LogConfig:
                 raise ValueError(f"{TOPIC_NAMES[name]} must be at least 1")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise ValueError("message.timestamp.type must be CreateTime or LogAppendTime")
+        for name in ("leader_replication_throttled_replicas", "follower_replication_throttled_replicas"):
+            if not THROTTLED_REPLICAS.fullmatch(getattr(self, name)):
+                raise ValueError(f"{TOPIC_NAMES[name]} must be \"*\" or partition:broker entries separated by "
+                                 f"commas, got {getattr(self, name)!r}")
         if self.cleanup_policy != "delete":
             raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not supported: only 'delete' "
                              "(log compaction is not implemented)")
@@ -45,7 +53,7 @@ class LogConfig:
             name = BY_PROPERTY.get(key)
             if name is None:
                 raise ValueError(f"unknown log config {key!r}")
-            if name in ("message_timestamp_type", "cleanup_policy"):
+            if name in STRINGS:
                 values[name] = str(raw).strip()
             elif key == "log.retention.minutes":
                 values[name] = int(raw) * 60_000
@@ -72,7 +80,11 @@ TOPIC_NAMES = {
     "message_timestamp_type": "message.timestamp.type",
     "cleanup_policy": "cleanup.policy",
     "min_insync_replicas": "min.insync.replicas",
+    "leader_replication_throttled_replicas": "leader.replication.throttled.replicas",
+    "follower_replication_throttled_replicas": "follower.replication.throttled.replicas",
 }
+STRINGS = ("message_timestamp_type", "cleanup_policy", "leader_replication_throttled_replicas",
+           "follower_replication_throttled_replicas")
 BROKER_NAMES = {
     "segment_bytes": "log.segment.bytes",
     "segment_ms": "log.roll.ms",

@@ -15,6 +15,7 @@ import struct
 
 from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.messages import REQUESTS
+from pybroker.replica.throttle import ReplicationQuota, is_throttled
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,7 @@ EPOCH_KEY, EPOCH_VERSION = 23, 3
 OFFSET_OUT_OF_RANGE, NOT_LEADER, UNKNOWN_TOPIC = 1, 6, 3
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 _HEAD = struct.Struct(">qi")
+THROTTLE_WAIT_S = 0.1
 
 
 def whole_batches(records):
@@ -159,10 +161,15 @@ class ReplicaFetcher:
             except asyncio.TimeoutError:
                 pass
             return
-        topics = {}
+        topics, throttled = {}, set()
+        over_rate = self.manager.follower_quota.exceeded()
         for (topic, index), p in self.partitions.items():
             if (topic, index) in self.resting:
                 continue
+            if self.manager.throttled(p):
+                if over_rate:
+                    continue  # Kafka's follower throttle: left out of this fetch
+                throttled.add((topic, index))
             topics.setdefault(topic, []).append(req_cls.FetchPartition(
                 partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
                 log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
@@ -171,6 +178,9 @@ class ReplicaFetcher:
                       isolation_level=0, session_id=0, session_epoch=-1,
                       topics=[req_cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
                       forgotten_topics_data=[], rack_id="")
+        if not topics:  # every partition is throttled: wait for the rate to come down
+            await asyncio.sleep(THROTTLE_WAIT_S)
+            return
         resp = await self.conn.request(req, FETCH_VERSION)
         for t in resp.responses:
             for r in t.partitions:
@@ -183,6 +193,8 @@ class ReplicaFetcher:
                         batches = whole_batches(r.records)
                         if len(batches):
                             p.append_as_follower(batches)
+                            if key in throttled:
+                                self.manager.follower_quota.record(len(batches))
                     p.update_follower_high_watermark(r.high_watermark)
                 elif r.error_code == OFFSET_OUT_OF_RANGE:
                     if p.log_end_offset < r.log_start_offset:
@@ -206,6 +218,13 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.config = config
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.follower_quota = ReplicationQuota(samples=config.replication_quota_window_num,
+                                               sample_s=config.replication_quota_window_size_seconds)
+
+    def throttled(self, p) -> bool:
+        """follower.replication.throttled.rate applies: a throttled partition we follow out of sync."""
+        return (self.follower_quota.limited and self.node_id not in p.isr
+                and is_throttled(p.log.config.follower_replication_throttled_replicas, p.index, self.node_id))
 
     def _slot(self, key) -> int:
         return hash(key) % self.config.num_replica_fetchers

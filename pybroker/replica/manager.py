@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
 from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
+from pybroker.replica.throttle import ReplicationQuota, is_throttled
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class ReplicaManager:
         self.controller_epoch = 0
         self.fetchers = None       # a ReplicaFetcherManager on a cluster
         self.isr_writer = None     # async (partition, new_isr) -> bool; ZooKeeper on a cluster
+        self.leader_quota = ReplicationQuota()  # leader.replication.throttled.rate (unlimited by default)
         self.listeners = []        # objects with on_leadership(key, is_leader) (the group coordinator)
         self._waiters: list[tuple[set, asyncio.Future]] = []  # long-polling fetches
         self._acks: dict[tuple[str, int], list] = {}  # acks=all produces: key -> [(offset, future)]
@@ -318,17 +320,29 @@ class ReplicaManager:
                 if replica_id not in p.replicas:
                     raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {req.topic}-{req.partition}")
                 budget = min(req.max_bytes, max(max_bytes - total, 0))
-                records = p.read_for_follower(req.fetch_offset, budget)
+                throttled = self._leader_throttled(p, replica_id)
+                if throttled and self.leader_quota.exceeded():
+                    records = None  # over the rate: this follower gets nothing of it for now
+                else:
+                    records = p.read_for_follower(req.fetch_offset, budget)
+                    if throttled:
+                        self.leader_quota.record(records.length)
                 if p.update_follower(replica_id, req.fetch_offset, now):
                     self.high_watermark_moved(p)
                 self._maybe_expand_isr(p)
             except BrokerError as exc:
                 results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
                 continue
-            total += records.length
+            length = records.length if records is not None else 0
+            total += length
             results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
-                                       records if records.length else None))
+                                       records if length else None))
         return results, total
+
+    def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
+        """Kafka's rule: a throttled partition's out-of-sync follower, while a rate is set."""
+        return (self.leader_quota.limited and replica_id not in p.isr
+                and is_throttled(p.log.config.leader_replication_throttled_replicas, p.index, self.node_id))
 
     def read_for_debugging(self, requests: list[FetchRequestPartition], max_bytes: int):
         """Kafka's debugging consumer (replica id -2, e.g. ``pybroker verify-replicas``): any replica,

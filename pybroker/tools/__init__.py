@@ -187,3 +187,30 @@ def add_commands(sub) -> None:
     p.add_argument("--base-port", type=int, default=9092, metavar="PORT",
                    help="broker i listens on 127.0.0.1:PORT+i-1 (default 9092)")
     p.set_defaults(func=_runner("dev_cluster"))
+    _add_mirror(sub)
+
+
+def _add_mirror(sub) -> None:
+    p = sub.add_parser("mirror", help="keep topics of one cluster copied to another (MirrorMaker)")
+    p.add_argument("--source", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="the cluster to copy from")
+    p.add_argument("--target", required=True, metavar="HOST:PORT[,HOST:PORT...]", help="the cluster to copy to")
+    p.add_argument("--topics", required=True, metavar="REGEX",
+                   help="topics to mirror: a Python regular expression matched against whole names "
+                        "(topics starting with '__' never are)")
+    p.add_argument("--group", default="pybroker-mirror",
+                   help="consumer group on the source holding the progress (default pybroker-mirror)")
+    p.add_argument("--source-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help="a consumer setting for the source (Kafka name); repeatable")
+    p.add_argument("--target-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
+                   help="a producer setting for the target (Kafka name); repeatable")
+    p.add_argument("--replication-factor", type=int, metavar="N",
+                   help="of topics created on the target (default: the source's, at most the target's broker count)")
+    p.add_argument("--commit-interval-ms", type=int, default=1000, metavar="MS",
+                   help="flush the target producer and commit the source offsets this often (default 1000)")
+    p.add_argument("--lag-interval-ms", type=int, default=5000, metavar="MS",
+                   help="print records copied, rate and lag this often (default 5000)")
+    p.add_argument("--metadata-refresh-ms", type=int, default=30000, metavar="MS",
+                   help="look for new matching topics and partitions this often (default 30000)")
+    p.add_argument("--max-idle-ms", type=int, metavar="MS",
+                   help="exit once MS have passed without a new record and nothing is left to copy")
+    p.set_defaults(func=_runner("mirror"))

@@ -42,7 +42,7 @@ class PartitionCheck:
         self.name = f"{topic}-{partition}"
         self.position = 0  # every replica agrees below this offset (or it is below their log starts)
         self.cursor = {r: 0 for r in replicas}  # next offset to fetch from each replica
-        self.pending = {r: deque() for r in replicas}  # (base, last, crc) from cursor backwards
+        self.pending = {r: deque() for r in replicas}  # (base, last, crc) read, not yet compared
         self.diverged = False  # batch boundaries differ: lockstep is impossible beyond position
         self.hw: dict[int, int] = {}  # each replica's HW as it last answered
         self.start_pass()
@@ -202,8 +202,8 @@ class Verifier:
             for broker, checks in sorted(wanted.items()):
                 read_any |= self.fetch(broker, checks, wait and first)
             for c in self.checks:
-                if first and c.stop is None and c.hw:
-                    c.stop = max(c.hw.values())
+                if first:  # bounds the pass even while producers keep writing
+                    c.stop = max(c.hw.values(), default=0)
                 c.compare(self.report)
             first = False
         lag = self.max_lag()

@@ -1,0 +1,233 @@
+"""``pybroker mirror``: keep the matching topics of one Kafka-protocol cluster copied to another,
+as Kafka's MirrorMaker does.
+
+A consumer group on the source (``--group``) reads every topic whose whole name matches
+``--topics``; each record goes to the same topic and partition on the target with its key, value,
+headers and timestamp, through an idempotent ``acks=all`` producer (so a partition's order holds
+across retries). Progress is the group's committed offsets on the source, committed only after
+the producer has flushed every record before them with no failure: a restart, or a second
+instance taking over partitions, resumes from there, and at worst copies again what followed the
+last commit (at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start
+and every ``--metadata-refresh-ms``.
+
+SIGTERM or SIGINT: stop polling, flush the producer, commit, exit 0. A record the target did not
+take (after the producer's retries) stops the mirror with exit code 1 and nothing committed past it.
+"""
+import re
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from itertools import starmap
+from operator import attrgetter
+
+from pybroker.client import AdminClient, ConfigError, Consumer, KafkaError, Producer
+from pybroker.client.config import COMMON
+from pybroker.tools.mirror_topics import TopicSync
+from pybroker.tools.wire import ToolError
+
+POLL_MS = 200  # longest a poll blocks, so a signal or a timer is acted on soon
+IDLE_CHECK_S = 1.0  # how often --max-idle-ms asks the source for its end offsets
+# the ConsumerRecord fields, in Producer.produce's argument order (value before key)
+PRODUCE_ARGS = attrgetter("topic", "value", "key", "partition", "timestamp", "headers")
+
+CONSUMER_DEFAULTS = {
+    "auto.offset.reset": "earliest",  # a new group copies each topic from its start
+    "enable.auto.commit": False,  # commits follow the producer's acknowledgements instead
+    "max.poll.records": 100000,  # whole fetched chunks per poll: no slicing, fewer loop turns
+    "max.partition.fetch.bytes": 10485760,
+    "fetch.max.bytes": 52428800,
+    "client.id": "pybroker-mirror",
+}
+PRODUCER_DEFAULTS = {
+    "acks": "all",
+    "enable.idempotence": True,  # a retried batch is not written twice, and order holds
+    "linger.ms": 10,
+    "batch.size": 524288,
+    "buffer.memory": 67108864,
+    "allow.auto.create.topics": False,  # topics are created by TopicSync, with the source's layout
+    "client.id": "pybroker-mirror",
+}
+
+
+def run(args) -> int:
+    try:
+        pattern = re.compile(args.topics)
+    except re.error as exc:
+        raise ToolError(f"--topics: not a regular expression: {exc}") from None
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        mirror = Mirror(args, pattern)
+    except (ConfigError, KafkaError) as exc:
+        _restore(previous)
+        raise ToolError(str(exc)) from None
+    try:
+        return mirror.run(stop)
+    finally:
+        _restore(previous)
+        mirror.close()
+
+
+def _restore(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def say(text: str) -> None:
+    print(f"mirror: {text}", flush=True)
+
+
+def _admin_conf(bootstrap: str, props: dict) -> dict:
+    """The admin client gets only the common client settings of a consumer/producer override list."""
+    return {"bootstrap.servers": bootstrap, **{k: v for k, v in props.items() if k in COMMON}}
+
+
+class Mirror:
+    """One mirroring process: topic sync, the copy loop, commits and the lag line."""
+
+    def __init__(self, args, pattern):
+        source_props, target_props = dict(args.source_property), dict(args.target_property)
+        self.args = args
+        self.source_admin = AdminClient(_admin_conf(args.source, source_props))
+        self.target_admin = AdminClient(_admin_conf(args.target, target_props))
+        self.topics = TopicSync(self.source_admin, self.target_admin, pattern, args.replication_factor, say)
+        self.consumer = Consumer({**CONSUMER_DEFAULTS, **source_props, "bootstrap.servers": args.source,
+                                  "group.id": args.group})
+        self.producer = Producer({**PRODUCER_DEFAULTS, **target_props, "bootstrap.servers": args.target})
+        self.subscribed = []
+        self.committed = {}  # {TopicPartition: offset} last committed by this process
+        self.copied = 0
+        self.copying = False  # True while every polled record has been handed to the producer
+        self.rate_at, self.rate_copied = time.monotonic(), 0  # where the last lag line's rate began
+
+    def close(self) -> None:
+        for client in (self.consumer, self.producer, self.source_admin, self.target_admin):
+            try:
+                client.close()
+            except Exception as exc:  # closing must go on for the others
+                print(f"pybroker mirror: closing {type(client).__name__}: {exc}", file=sys.stderr)
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> int:
+        a = self.args
+        say(f"copying topics matching {a.topics!r} from {a.source} to {a.target} as group {a.group}")
+        self.copying = True
+        try:
+            self._copy(stop)
+            self.commit()
+        except MirrorFailed as exc:
+            raise ToolError(str(exc)) from None
+        except KafkaError as exc:  # e.g. a record larger than the producer's max.request.size
+            raise ToolError(f"stopping, nothing committed past the last commit: {exc}") from None
+        finally:
+            self.copying = False  # from here on a revocation (close) must not commit
+        self._print_lag()
+        say(f"stopped after copying {self.copied} records")
+        return 0
+
+    def _copy(self, stop: threading.Event) -> None:
+        a = self.args
+        now = time.monotonic()
+        next_refresh = next_commit = next_lag = next_idle_check = now
+        last_record = now
+        produce = self.producer.produce
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= next_refresh:
+                self._refresh()
+                next_refresh = now + a.metadata_refresh_ms / 1000
+            if not self.subscribed:  # nothing to copy yet: wait for the next refresh
+                stop.wait(min(POLL_MS / 1000, max(0.0, next_refresh - now)))
+                continue
+            records = self.consumer.poll(POLL_MS)
+            if records:
+                deque(starmap(produce, map(PRODUCE_ARGS, records)), 0)  # no Python bytecode per record
+                self.copied += len(records)
+                last_record = time.monotonic()
+            now = time.monotonic()
+            if now >= next_commit:
+                self.commit()
+                next_commit = now + a.commit_interval_ms / 1000
+            if now >= next_lag:
+                self.commit()
+                self._print_lag()
+                next_lag = now + a.lag_interval_ms / 1000
+            if a.max_idle_ms is not None and now - last_record >= a.max_idle_ms / 1000 and now >= next_idle_check:
+                next_idle_check = now + IDLE_CHECK_S
+                self.commit()
+                lag = self.lag()
+                if lag is not None and not any(lag.values()):
+                    say(f"no new record for {a.max_idle_ms} ms and no lag: exiting")
+                    return
+
+    def _refresh(self) -> None:
+        """Create/grow target topics, then follow the source's matching topics (a change rebalances)."""
+        names = self.topics.sync()
+        if names and names != self.subscribed:
+            added = sorted(set(names) - set(self.subscribed))
+            say(f"mirroring {len(names)} topic(s); new: {', '.join(added) or 'none'}")
+            self.consumer.subscribe(names, on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self.subscribed = names
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        """Partitions going to another instance: hand them over with what was copied committed."""
+        if self.copying:
+            self.commit()
+
+    def _on_lost(self, consumer, partitions) -> None:
+        """Partitions already owned by someone else: their next owner resumes from the last commit."""
+
+    # ---- progress -------------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Flush the producer, then commit the positions of everything polled so far (all of it now
+        acknowledged by the target). A failed record stops the mirror before anything is committed."""
+        self.producer.flush()
+        failed = self.producer.metrics()["record_errors"]
+        if failed:
+            raise MirrorFailed(f"{failed} record(s) could not be written to the target; offsets are "
+                               f"committed only up to the records before them (restart to retry)")
+        try:
+            done = self.consumer.commit()
+        except KafkaError as exc:  # e.g. a rebalance under way: the next commit covers it
+            say(f"offset commit failed, retrying at the next one: {exc}")
+            return
+        self.committed.update({tp: om.offset for tp, om in (done or {}).items()})
+
+    def lag(self) -> dict | None:
+        """{topic: source high watermark - committed offset, over this instance's partitions}; None
+        while a partition's position is not committed yet."""
+        assigned = self.consumer.assignment()
+        if not assigned:
+            return None
+        try:
+            ends = self.consumer.end_offsets(assigned)
+        except KafkaError:
+            return None
+        lag = {}
+        for tp in assigned:
+            committed = self.committed.get(tp)
+            if committed is None or tp not in ends:
+                return None
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp] - committed)
+        return lag
+
+    def _print_lag(self) -> None:
+        lag = self.lag()
+        now = time.monotonic()
+        seconds, records = now - self.rate_at, self.copied - self.rate_copied
+        self.rate_at, self.rate_copied = now, self.copied
+        rate = records / seconds if seconds > 0 else 0.0
+        if lag is None:
+            detail = "lag not known yet (waiting for partitions)"
+        else:
+            per_topic = ", ".join(f"{t} {n}" for t, n in sorted(lag.items()))
+            detail = f"lag {sum(lag.values())} ({per_topic})"
+        say(f"copied {self.copied} records, {rate:.0f} records/s; {detail}")
+
+
+class MirrorFailed(Exception):
+    """The target did not take some records: stop without committing past them."""
