@@ -14,7 +14,8 @@ Each run measures, one after the other:
 
 Two rates per side, records/s: "end to end" from launching the process (Python start-up, group
 join included) to the last record consumed / the target caught up, and "steady" from the first
-record consumed / first record on the target to the same end. The ratio mirror/consume of the
+record consumed / first record on the target to the same end (not counting the records that
+first poll / first look at the target found). The ratio mirror/consume of the
 medians is printed for both. The brokers, the clients and the machine's other work share the same
 cores, so this is a same-run comparison, not absolute capacity.
 """
@@ -66,14 +67,14 @@ def consume_child(bootstrap: str, records: int, group: str) -> None:
     from pybroker.tools.mirror import CONSUMER_DEFAULTS
     c = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group})
     c.subscribe([TOPIC])
-    n, first = 0, None
+    n, first, first_n = 0, None, 0
     deadline = time.monotonic() + RUN_TIMEOUT
     while n < records and time.monotonic() < deadline:
         got = len(c.poll(200))
         if got and first is None:
-            first = time.time()
+            first, first_n = time.time(), got
         n += got
-    print(json.dumps({"records": n, "first": first, "last": time.time()}), flush=True)
+    print(json.dumps({"records": n, "first": first, "first_records": first_n, "last": time.time()}), flush=True)
     c.close()
 
 
@@ -87,7 +88,8 @@ def run_consume(bootstrap: str, records: int, group: str) -> dict:
         child.wait(60)
     if r["records"] < records:
         raise RuntimeError(f"plain consume got {r['records']} of {records} records")
-    return {"end_to_end": records / (r["last"] - t0), "steady": records / (r["last"] - r["first"]),
+    return {"end_to_end": records / (r["last"] - t0),
+            "steady": (records - r["first_records"]) / (r["last"] - r["first"]),
             "seconds": r["last"] - t0}
 
 
@@ -111,13 +113,13 @@ def run_mirror(source: str, target_dir: str, records: int, group: str) -> dict:
                                        "--target", target.bootstrap, "--topics", TOPIC, "--group", group],
                                       cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
             try:
-                first = None
+                first, first_total = None, 0
                 deadline = time.monotonic() + RUN_TIMEOUT
                 while True:
                     total = target_total(admin, tps)
                     now = time.time()
                     if total and first is None:
-                        first = now
+                        first, first_total = now, total
                     if total >= records:
                         break
                     if mirror.poll() is not None or time.monotonic() > deadline:
@@ -130,7 +132,8 @@ def run_mirror(source: str, target_dir: str, records: int, group: str) -> dict:
                 rc = mirror.wait(120)
         if rc != 0:
             raise RuntimeError(f"mirror exited {rc} after a SIGTERM; see {out.name}")
-        return {"end_to_end": records / (now - t0), "steady": records / (now - first), "seconds": now - t0}
+        return {"end_to_end": records / (now - t0), "steady": (records - first_total) / (now - first),
+                "seconds": now - t0}
     finally:
         out.close()
         target.close()

@@ -24,6 +24,7 @@ from pybroker.protocol import REQUESTS
 from tests.broker import ROOT
 from tests.cluster import Cluster
 from tests.kafka_wire import WireClient
+from tests.replication_checks import LoggedProducer
 from tests.test_replication import OVERRIDES, create_topic, wait_full_isr
 
 KAFKA_BIN = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -380,11 +381,19 @@ def test_partition_filters_follow_stopped_and_killed_brokers(tmp_path, zookeeper
         assert before["--at-min-isr-partitions"] == {("single", p) for p in range(3)}
         assert not any(before[f] for f in FILTERS[:3])
 
-        assert cluster.stop(3) == 0
-        cluster.wait_for(lambda: 3 not in cluster.live_brokers() and all(
-            3 not in cluster.partition_state("views", p)["isr"] for p in range(3)), TIMEOUT, "broker 3 gone")
+        # writes keep the high watermark moving past the stopped broker's log end, so a leader never
+        # takes it back into the ISR (it re-admits any follower at the HW, fetching or not)
+        writer = LoggedProducer(cluster.bootstrap, "views", rate=100).start()
+        try:
+            writer.wait_acked(50)
+            assert cluster.stop(3) == 0
+            cluster.wait_for(lambda: 3 not in cluster.live_brokers() and all(
+                3 not in cluster.partition_state("views", p)["isr"] for p in range(3)), TIMEOUT, "broker 3 gone")
+            writer.wait_acked(50)
+            after = check_filters(cluster, min_isr, with_kafka=True)
+        finally:
+            writer.stop()
         gone = next(p for p, b in on.items() if b == 3)
-        after = check_filters(cluster, min_isr, with_kafka=True)
         assert after["--under-replicated-partitions"] == {("views", p) for p in range(3)}
         assert after["--unavailable-partitions"] == {("single", gone)}
         assert ("single", gone) in after["--under-min-isr-partitions"]
