@@ -262,3 +262,34 @@ def test_bad_plans_are_refused_whole_with_kafkas_errors(cluster, tmp_path):
     with WireClient(cluster.broker(controller).port) as w:  # the connection and the broker still work
         listed = w.request(REQUESTS[LIST](timeout_ms=30000, topics=None), 0)
     assert listed.error_code == 0 and listed.topics == []
+
+
+KAFKA_BIN = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "pybroker-kafka", "kafka_2.13-3.8.0", "bin")
+
+
+@pytest.mark.skipif(not os.path.isdir(KAFKA_BIN), reason="Apache Kafka's tools are not built here")
+def test_kafkas_own_reassign_tool_drives_a_throttled_move(cluster, tmp_path):
+    """kafka-reassign-partitions.sh of Kafka 3.8 against pybroker: generate, execute with a throttle,
+    list, verify (which clears Kafka's throttle keys on every broker)."""
+    topic = create(cluster, "kafka-tool", [[1, 2, 3], [2, 3, 1]])
+    fill(cluster, topic, 0, 500, 1000)
+    moves = tmp_path / "topics.json"
+    moves.write_text(json.dumps({"topics": [{"topic": topic}], "version": 1}))
+
+    def kafka(*args):
+        r = subprocess.run([os.path.join(KAFKA_BIN, "kafka-reassign-partitions.sh"), "--bootstrap-server",
+                            cluster.bootstrap, *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{args}: {r.stdout}\n{r.stderr[-3000:]}"
+        return r.stdout
+    proposed = kafka("--generate", "--topics-to-move-json-file", str(moves), "--broker-list", "2,3,4").split(
+        "Proposed partition reassignment configuration\n")[1].strip()
+    plan = tmp_path / "plan.json"
+    plan.write_text(proposed)
+    target = {p["partition"]: p["replicas"] for p in json.loads(proposed)["partitions"]}
+    assert "Successfully started partition reassignments" in kafka(
+        "--execute", "--reassignment-json-file", str(plan), "--throttle", "50000000")
+    cluster.wait_for(lambda: "is completed" in (out := kafka("--verify", "--reassignment-json-file", str(plan)))
+                     and "in progress" not in out and out, 120, "Kafka's tool to see the moves done", interval=0.5)
+    assert assignment(cluster, topic) == target
+    assert describe_configs(cluster, 2, "broker", "2")["follower.replication.throttled.rate"] == str(2**63 - 1)

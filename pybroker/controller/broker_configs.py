@@ -18,6 +18,8 @@ LONG_MAX = 2**63 - 1
 DYNAMIC = {  # key -> default
     "leader.replication.throttled.rate": LONG_MAX,
     "follower.replication.throttled.rate": LONG_MAX,
+    # kept and shown, but inert: no replica moves between log dirs here (Kafka's tools clear it with the others)
+    "replica.alter.log.dirs.io.max.bytes.per.second": LONG_MAX,
 }
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs sources
 
