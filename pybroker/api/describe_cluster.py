@@ -8,21 +8,21 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 
 BROKERS_ENDPOINT = 1
-INVALID_REQUEST = 42
 MISMATCHED_ENDPOINT_TYPE = 114
 UNSUPPORTED_ENDPOINT_TYPE = 115
 NO_OPERATIONS = -2147483648  # authorized operations not asked for
 # AclOperation codes the cluster resource supports; all are allowed: pybroker has no authorizer
-CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS IDEMPOTENT_WRITE
+# (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE)
+CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKERS_ENDPOINT
+    endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKERS_ENDPOINT  # v0 asks for brokers
     if endpoint_type != BROKERS_ENDPOINT:
-        known = endpoint_type == 2  # controllers: a real type, but not one a broker answers for
-        code = INVALID_REQUEST if ctx.version == 0 else (MISMATCHED_ENDPOINT_TYPE if known else UNSUPPORTED_ENDPOINT_TYPE)
+        # 2 (controllers) is a real type, but not one a broker answers for
+        code = MISMATCHED_ENDPOINT_TYPE if endpoint_type == 2 else UNSUPPORTED_ENDPOINT_TYPE
         return Response(throttle_time_ms=0, error_code=code, endpoint_type=endpoint_type, cluster_id="",
                         error_message=f"a broker describes endpoint type 1 (brokers), not {endpoint_type}",
                         controller_id=-1, brokers=[], cluster_authorized_operations=NO_OPERATIONS)

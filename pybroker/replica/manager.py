@@ -329,7 +329,7 @@ class ReplicaManager:
                         self.leader_quota.record(records.length)
                 if p.update_follower(replica_id, req.fetch_offset, now):
                     self.high_watermark_moved(p)
-                self._maybe_expand_isr(p)
+                self._maybe_expand_isr(p, replica_id)
             except BrokerError as exc:
                 results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
                 continue
@@ -382,12 +382,11 @@ class ReplicaManager:
 
     # ---- ISR --------------------------------------------------------------------------------
 
-    def _maybe_expand_isr(self, p: Partition) -> None:
+    def _maybe_expand_isr(self, p: Partition, replica_id: int) -> None:
         if self.isr_writer is None or p.isr_change_in_flight:
             return
-        joining = p.isr_to_expand()
-        if joining is not None:
-            self._change_isr(p, tuple(r for r in p.replicas if r in p.isr or r == joining))
+        if p.should_join_isr(replica_id):
+            self._change_isr(p, tuple(r for r in p.replicas if r in p.isr or r == replica_id))
 
     def _change_isr(self, p: Partition, new_isr: tuple) -> None:
         p.isr_change_in_flight = True

@@ -210,13 +210,12 @@ class Partition:
         f.log_end_offset = fetch_offset
         return self.maybe_increment_high_watermark()
 
-    def isr_to_expand(self) -> int | None:
-        """A follower outside the ISR that reached the HW within this leader's epoch (Kafka's rule)."""
-        epoch_start = self._epoch_start()
-        for r, f in self.followers.items():
-            if r not in self.isr and f.log_end_offset >= self.high_watermark and f.log_end_offset >= epoch_start:
-                return r
-        return None
+    def should_join_isr(self, replica_id: int) -> bool:
+        """The fetching follower is outside the ISR and reached the HW within this leader's epoch
+        (Kafka's rule; only the follower that fetched, so a dead one never rejoins on its last word)."""
+        f = self.followers.get(replica_id)
+        return (f is not None and replica_id not in self.isr and f.log_end_offset >= self.high_watermark
+                and f.log_end_offset >= self._epoch_start())
 
     def isr_to_shrink(self, now_ms: int, lag_ms: int) -> tuple:
         """In-sync followers that have not caught up for ``lag_ms``."""
