@@ -103,7 +103,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> dict:
             msg = c.poll(0.5)
             if msg is None or msg.error():
                 continue
-            out[msg.partition()].append((msg.key(), msg.value(), msg.headers(), msg.timestamp()))
+            out[msg.partition()].append((msg.key(), msg.value(), tuple(msg.headers() or ()), msg.timestamp()))
         return out
     finally:
         c.close()

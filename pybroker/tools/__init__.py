@@ -1,7 +1,8 @@
 """Admin and console commands in the style of Kafka's tools: ``topics``, ``produce``, ``consume``,
-``groups``, ``leader-election``, ``cluster``, ``log-dirs``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
+``groups``, ``leader-election``, ``reassign-partitions``, ``cluster``, ``log-dirs``, ``verify-replicas``,
+``mirror``; and ``dev-cluster``, which runs a local ZooKeeper and N brokers for development.
 
-Option names follow kafka-topics.sh, kafka-console-producer.sh and kafka-console-consumer.sh.
+Option names follow Kafka's scripts (kafka-topics.sh, kafka-console-producer.sh, ...).
 The command modules load only when their command runs, so ``pybroker serve`` starts no slower.
 """
 import argparse

@@ -93,9 +93,13 @@ class Mirror:
         self.source_admin = AdminClient(_admin_conf(args.source, source_props))
         self.target_admin = AdminClient(_admin_conf(args.target, target_props))
         self.topics = TopicSync(self.source_admin, self.target_admin, pattern, args.replication_factor, say)
-        self.consumer = Consumer({**CONSUMER_DEFAULTS, **source_props, "bootstrap.servers": args.source,
-                                  "group.id": args.group})
-        self.producer = Producer({**PRODUCER_DEFAULTS, **target_props, "bootstrap.servers": args.target})
+        refresh = args.metadata_refresh_ms
+        # the group looks for new partitions as often as TopicSync adds them to the target
+        self.consumer = Consumer({**CONSUMER_DEFAULTS, "metadata.max.age.ms": refresh, **source_props,
+                                  "bootstrap.servers": args.source, "group.id": args.group})
+        # a record for a partition the target does not have yet waits for the next sync, not fails
+        self.producer = Producer({**PRODUCER_DEFAULTS, "max.block.ms": max(60000, 3 * refresh), **target_props,
+                                  "bootstrap.servers": args.target})
         self.subscribed = []
         self.committed = {}  # {TopicPartition: offset} last committed by this process
         self.copied = 0
