@@ -12,7 +12,9 @@ Response = RESPONSES[API_KEY]
 
 def handle(ctx, request):
     controller = ctx.broker.zk_controller
-    if controller is None or not controller.active:
+    if controller is None:  # a single node never moves anything
+        return Response(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    if not controller.active:
         return Response(throttle_time_ms=0, error_code=NOT_CONTROLLER,
                         error_message="this broker is not the controller", topics=[])
     keys = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]

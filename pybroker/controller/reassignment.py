@@ -12,54 +12,15 @@ For a partition moving from its original replicas (ORS) to a target set (TRS):
 Cancelling reverts to ORS the same way: the adding replicas are stopped and deleted.
 """
 import logging
-from dataclasses import dataclass
 
-from pybroker.controller.zk import state_path, encode_state, LeaderIsr
+from pybroker.controller.reassignment_plan import (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS,
+                                                   UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, Reassignment,
+                                                   check_target, from_znode)
+from pybroker.controller.zk import LeaderIsr, encode_state, state_path
 
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS = 3, 39, 85
-UNKNOWN_SERVER_ERROR = -1
-
-
-@dataclass(frozen=True)
-class Reassignment:
-    target: tuple    # TRS
-    original: tuple  # ORS
-
-    @property
-    def replicas(self) -> tuple:
-        return tuple(dict.fromkeys(self.target + self.original))
-
-    @property
-    def adding(self) -> tuple:
-        return tuple(r for r in self.target if r not in self.original)
-
-    @property
-    def removing(self) -> tuple:
-        return tuple(r for r in self.original if r not in self.target)
-
-
-def from_znode(replicas, adding, removing) -> Reassignment | None:
-    """The reassignment a topic znode records for one partition (None when it records none)."""
-    if not adding and not removing:
-        return None
-    target = tuple(r for r in replicas if r not in removing)
-    original = tuple(r for r in replicas if r not in adding)
-    return Reassignment(target, original)
-
-
-def check_target(target, live) -> str | None:
-    """Why a target replica list is refused (INVALID_REPLICA_ASSIGNMENT), or None."""
-    if not target:
-        return "the replica list is empty"
-    if len(set(target)) != len(target):
-        return f"the replica list {list(target)} has duplicates"
-    dead = [b for b in target if b not in live]
-    if dead:
-        return f"replica assignment has brokers that are not alive: {dead}"
-    return None
 
 
 class Reassigner:
