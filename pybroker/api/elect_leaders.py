@@ -9,6 +9,7 @@ INVALID_REQUEST = 42
 NOT_CONTROLLER = 41
 PREFERRED_LEADER_NOT_AVAILABLE = 80
 ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION = 84, 3
 ELECTION_TYPES = {0: "preferred", 1: "unclean"}
 
 Response = RESPONSES[API_KEY]
@@ -25,7 +26,10 @@ async def _handle(ctx, request):
     controller = ctx.broker.zk_controller
     if election_type not in ELECTION_TYPES:
         return _response(INVALID_REQUEST, {k: INVALID_REQUEST for k in keys or ()}, ctx.version)
-    if controller is None or not controller.active:
+    if controller is None:  # a single node: its one replica already leads every partition
+        return _response(0, {k: ELECTION_NOT_NEEDED if ctx.broker.metadata.partition(*k) else UNKNOWN_TOPIC_OR_PARTITION
+                             for k in keys or ()}, ctx.version)
+    if not controller.active:
         return _response(NOT_CONTROLLER, {k: NOT_CONTROLLER for k in keys or ()}, ctx.version)
     results = await controller.elect_leaders(election_type, keys)
     if results == NOT_CONTROLLER:
