@@ -43,7 +43,10 @@ class MirrorProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybroker", "mirror", "--source", source.bootstrap, "--target",
              target.bootstrap, "--topics", topics, "--group", GROUP, "--commit-interval-ms", "200",
-             "--lag-interval-ms", "500", "--metadata-refresh-ms", "500", *extra],
+             "--lag-interval-ms", "500", "--metadata-refresh-ms", "500",
+             # a killed member leaves the group within seconds (its partitions wait for it until then)
+             "--source-property", "session.timeout.ms=6000", "--source-property", "heartbeat.interval.ms=1000",
+             *extra],
             cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
@@ -68,11 +71,12 @@ class MirrorProcess:
 def no_mirror_left():
     yield
     while MirrorProcess.started:
-        m = MirrorProcess.started.pop()
+        m = MirrorProcess.started.pop(0)
         if m.proc.poll() is None:
             m.proc.kill()
             m.proc.wait(30)
         m.out.close()
+        print(f"--- {m.out_path.name} (exit {m.proc.returncode}):\n{m.output()}")  # shown when a test fails
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int = PARTITIONS) -> None:
@@ -236,3 +240,15 @@ def test_mirror_follows_new_topics_and_partitions(clusters, tmp_path):
     assert "other" not in tgt_admin.list_topics(timeout=10).topics and "created topic __" not in out
     src, tgt = read_all(source.bootstrap, "fresh-1", 3), read_all(target.bootstrap, "fresh-1", 3)
     assert src == tgt  # a clean run: no duplicates at all
+
+
+def test_replay_check_accepts_only_contiguous_replays():
+    src = list(range(10))
+    assert replays(src, src) == 0
+    assert replays(src, [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 7, 8, 9]) == 1  # a restart from 2 after copying to 4
+    for bad in ([0, 1, 3, 4, 5, 6, 7, 8, 9],  # 2 missing
+                [0, 1, 2, 3, 2, 4, 5, 6, 7, 8, 9],  # a replay that skips 3
+                [0, 1, 2, 1, 2, 3, 4, 5, 6, 7, 8],  # the last record missing
+                [1, 0, 2, 3, 4, 5, 6, 7, 8, 9]):  # out of order
+        with pytest.raises(AssertionError):
+            replays(src, bad)

@@ -144,6 +144,9 @@ class Mirror:
                 self._refresh()
                 next_refresh = now + a.metadata_refresh_ms / 1000
             if not self.subscribed:  # nothing to copy yet: wait for the next refresh
+                if a.max_idle_ms is not None and now - last_record >= a.max_idle_ms / 1000:
+                    say(f"no matching topic for {a.max_idle_ms} ms: exiting")
+                    return
                 stop.wait(min(POLL_MS / 1000, max(0.0, next_refresh - now)))
                 continue
             records = self.consumer.poll(POLL_MS)
@@ -169,7 +172,13 @@ class Mirror:
 
     def _refresh(self) -> None:
         """Create/grow target topics, then follow the source's matching topics (a change rebalances)."""
-        names = self.topics.sync()
+        try:
+            names = self.topics.sync()
+        except KafkaError as exc:
+            if not self.subscribed:  # at start: nothing works without the topics
+                raise ToolError(f"cannot set up the topics: {exc}") from None
+            say(f"topic refresh failed, copying the known topics and retrying later: {exc}")
+            return
         if names and names != self.subscribed:
             added = sorted(set(names) - set(self.subscribed))
             say(f"mirroring {len(names)} topic(s); new: {', '.join(added) or 'none'}")
@@ -188,7 +197,7 @@ class Mirror:
 
     def commit(self) -> None:
         """Flush the producer, then commit the positions of everything polled so far (all of it now
-        acknowledged by the target). A failed record stops the mirror before anything is committed."""
+        acknowledged by the target). A failed record stops the mirror before anything more is committed."""
         self.producer.flush()
         failed = self.producer.metrics()["record_errors"]
         if failed:
