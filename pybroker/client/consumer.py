@@ -44,6 +44,7 @@ OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 OFFSET_COMMIT_RANGE = (2, 7)
 OFFSET_FETCH_RANGE = (1, 5)
 UNLIMITED = INT_MAX
+RAW_POLL_BYTES = 64 << 20  # poll_raw: about this many fetched bytes per call
 CLOSE_TIMEOUT_MS = 30000  # Java's KafkaConsumer.close() default
 
 
@@ -397,6 +398,17 @@ class AsyncConsumer:
             timeout_ms, lambda: self._fetcher.take_tables(n, arrow.to_record_batch, max_records is None))
         return arrow.concat(tables) if tables else arrow.empty_batch()
 
+    async def poll_raw(self, timeout_ms: int = 1000, max_bytes: int = RAW_POLL_BYTES) -> list:
+        """The fetched record batches themselves, undecoded (for copying them elsewhere, as a mirror
+        does): RawChunks of about ``max_bytes`` in all; [] on timeout. read_uncommitted only."""
+        self._check_open()
+        self._check_raw()
+        return await self._take_when_ready(timeout_ms, lambda: self._fetcher.take_raw(max_bytes)) or []
+
+    def _check_raw(self) -> None:
+        if self._fetcher.read_committed:  # aborted data is filtered while decoding, which raw skips
+            raise ConfigError("poll_raw needs isolation.level=read_uncommitted")
+
     async def _take_when_ready(self, timeout_ms: int, take):
         """``take()``'s first non-empty result, running pending group events between tries;
         None after ``timeout_ms``."""
@@ -745,6 +757,22 @@ class Consumer:
             records = take(n)
             if records:
                 return records
+            if not self._wait(deadline):
+                return []
+
+    def poll_raw(self, timeout_ms: int = 1000, max_bytes: int = RAW_POLL_BYTES) -> list:
+        """The fetched record batches themselves, undecoded (for copying them elsewhere, as a mirror
+        does): RawChunks of about ``max_bytes`` in all; [] on timeout. read_uncommitted only."""
+        a = self._async
+        a._check_raw()
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
+        while True:
+            if a._events:
+                self._run_events()
+            a._before_take(time.monotonic(), threadsafe=True)
+            chunks = a._fetcher.take_raw(max_bytes)
+            if chunks:
+                return chunks
             if not self._wait(deadline):
                 return []
 

@@ -27,7 +27,7 @@ from pybroker import core
 from pybroker.client.cluster import backoff_s
 from pybroker.client.connection import BrokerConnection
 from pybroker.client.errors import (INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, error_for)
-from pybroker.client.types import EARLIEST, LATEST, TopicPartition
+from pybroker.client.types import EARLIEST, LATEST, RawChunk, TopicPartition
 from pybroker.errors import CorruptRecordError
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
@@ -422,6 +422,26 @@ class Fetcher:
             if len(out) >= max_records:
                 break
         return out if out is not None else []
+
+    def take_raw(self, max_bytes: int) -> list:
+        """Whole fetched chunks, undecoded, up to about ``max_bytes``, advancing positions past them
+        (a chunk that poll has begun to hand out is finished by poll, not here)."""
+        out, size = [], 0
+        with self.lock:
+            skip = set()
+            while size < max_bytes:
+                chunk = self._next_chunk_locked(skip)
+                if chunk is None:
+                    break
+                state = chunk.state
+                if chunk.index or state.position is None:
+                    skip.add(state)
+                    continue
+                out.append(RawChunk(state.tp.topic, state.tp.partition, state.position, chunk.data,
+                                    chunk.next_offset))
+                size += chunk.size
+                self._finish_chunk_locked(chunk)
+        return out
 
     def take_tables(self, max_records: int, to_record_batch, one_chunk_per_partition: bool = False) -> list:
         """Up to ``max_records`` rows as pyarrow RecordBatches (slices of decoded chunks). With

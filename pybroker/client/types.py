@@ -20,6 +20,16 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class RawChunk(NamedTuple):
+    """Record batches of one partition exactly as a Fetch returned them (``Consumer.poll_raw``): the
+    first batch may begin before ``position``; consuming the chunk moves the position to ``next_offset``."""
+    topic: str
+    partition: int
+    position: int
+    data: object  # bytes-like: whole v2 record batches, control batches included
+    next_offset: int
+
+
 class OffsetAndMetadata(NamedTuple):
     """A committed position: the next offset to consume, free-form metadata, the leader epoch."""
     offset: int

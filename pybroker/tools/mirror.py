@@ -2,35 +2,33 @@
 as Kafka's MirrorMaker does.
 
 A consumer group on the source (``--group``) reads every topic whose whole name matches
-``--topics``; each record goes to the same topic and partition on the target with its key, value,
-headers and timestamp, through an idempotent ``acks=all`` producer (so a partition's order holds
-across retries). Progress is the group's committed offsets on the source, committed only after
-the producer has flushed every record before them with no failure: a restart, or a second
-instance taking over partitions, resumes from there, and at worst copies again what followed the
-last commit (at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start
-and every ``--metadata-refresh-ms``.
+``--topics``; its record batches go, as they were fetched, to the same topic and partition on the
+target (``mirror_batches``: keys, values, headers, timestamps and compression kept; acks=all; a
+partition's batches in order). Progress is the group's committed offsets on the source, committed
+only after the target acknowledged everything before them: a restart, or a second instance taking
+over partitions, resumes from there, and at worst copies again what followed the last commit
+(at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start and every
+``--metadata-refresh-ms``.
 
-SIGTERM or SIGINT: stop polling, flush the producer, commit, exit 0. A record the target did not
-take (after the producer's retries) stops the mirror with exit code 1 and nothing committed past it.
+SIGTERM or SIGINT: stop polling, commit what the target has, exit 0. Records the target refuses
+(or cannot take within two minutes of retries) stop the mirror with exit code 1 and nothing
+committed past them.
 """
 import re
 import signal
 import sys
 import threading
 import time
-from collections import deque
-from itertools import starmap
-from operator import attrgetter
 
-from pybroker.client import AdminClient, ConfigError, Consumer, KafkaError, Producer
+from pybroker.client import AdminClient, ConfigError, Consumer, KafkaError
 from pybroker.client.config import COMMON
+from pybroker.tools.mirror_batches import MirrorFailed, TargetWriter, for_target, split
 from pybroker.tools.mirror_topics import TopicSync
 from pybroker.tools.wire import ToolError
 
 POLL_MS = 200  # longest a poll blocks, so a signal or a timer is acted on soon
 IDLE_CHECK_S = 1.0  # how often --max-idle-ms asks the source for its end offsets
-# the ConsumerRecord fields, in Producer.produce's argument order (value before key)
-PRODUCE_ARGS = attrgetter("topic", "value", "key", "partition", "timestamp", "headers")
+WRITE_BYTES = 16 << 20  # fetched bytes taken per round: one Produce request per target leader
 
 CONSUMER_DEFAULTS = {
     "auto.offset.reset": "earliest",  # a new group copies each topic from its start
@@ -40,15 +38,7 @@ CONSUMER_DEFAULTS = {
     "fetch.max.bytes": 52428800,
     "client.id": "pybroker-mirror",
 }
-PRODUCER_DEFAULTS = {
-    "acks": "all",
-    "enable.idempotence": True,  # a retried batch is not written twice, and order holds
-    "linger.ms": 10,
-    "batch.size": 524288,
-    "buffer.memory": 67108864,
-    "allow.auto.create.topics": False,  # topics are created by TopicSync, with the source's layout
-    "client.id": "pybroker-mirror",
-}
+TARGET_TIMEOUT_MS = 30000  # each request to the target
 
 
 def run(args) -> int:
@@ -97,9 +87,7 @@ class Mirror:
         # the group looks for new partitions as often as TopicSync adds them to the target
         self.consumer = Consumer({**CONSUMER_DEFAULTS, "metadata.max.age.ms": refresh, **source_props,
                                   "bootstrap.servers": args.source, "group.id": args.group})
-        # a record for a partition the target does not have yet waits for the next sync, not fails
-        self.producer = Producer({**PRODUCER_DEFAULTS, "max.block.ms": max(60000, 3 * refresh), **target_props,
-                                  "bootstrap.servers": args.target})
+        self.writer = TargetWriter(args.target, TARGET_TIMEOUT_MS)
         self.subscribed = []
         self.committed = {}  # {TopicPartition: offset} last committed by this process
         self.copied = 0
@@ -107,7 +95,7 @@ class Mirror:
         self.rate_at, self.rate_copied = time.monotonic(), 0  # where the last lag line's rate began
 
     def close(self) -> None:
-        for client in (self.consumer, self.producer, self.source_admin, self.target_admin):
+        for client in (self.consumer, self.writer, self.source_admin, self.target_admin):
             try:
                 client.close()
             except Exception as exc:  # closing must go on for the others
@@ -123,8 +111,6 @@ class Mirror:
             self._copy(stop)
             self.commit()
         except MirrorFailed as exc:
-            raise ToolError(str(exc)) from None
-        except KafkaError as exc:  # e.g. a record larger than the producer's max.request.size
             raise ToolError(f"stopping, nothing committed past the last commit: {exc}") from None
         finally:
             self.copying = False  # from here on a revocation (close) must not commit
@@ -137,7 +123,6 @@ class Mirror:
         now = time.monotonic()
         next_refresh = next_commit = next_lag = next_idle_check = now
         last_record = now
-        produce = self.producer.produce
         while not stop.is_set():
             now = time.monotonic()
             if now >= next_refresh:
@@ -149,10 +134,9 @@ class Mirror:
                     return
                 stop.wait(min(POLL_MS / 1000, max(0.0, next_refresh - now)))
                 continue
-            records = self.consumer.poll(POLL_MS)
-            if records:
-                deque(starmap(produce, map(PRODUCE_ARGS, records)), 0)  # no Python bytecode per record
-                self.copied += len(records)
+            chunks = self.consumer.poll_raw(POLL_MS, WRITE_BYTES)
+            if chunks:
+                self.copied += self._write(chunks)
                 last_record = time.monotonic()
             now = time.monotonic()
             if now >= next_commit:
@@ -169,6 +153,20 @@ class Mirror:
                 if lag is not None and not any(lag.values()):
                     say(f"no new record for {a.max_idle_ms} ms and no lag: exiting")
                     return
+
+    def _write(self, chunks) -> int:
+        """Send the fetched batches to the target; the number of records they hold (below the
+        position, a batch is sent again whole: only after a restart mid-batch)."""
+        pending, records = {}, 0
+        for c in chunks:
+            out = pending.setdefault((c.topic, c.partition), [])
+            for batch in split(c.data):
+                copy = for_target(batch)
+                if copy is not None:
+                    out.append(copy)
+            records += c.next_offset - c.position
+        self.writer.write(pending)
+        return records
 
     def _refresh(self) -> None:
         """Create/grow target topics, then follow the source's matching topics (a change rebalances)."""
@@ -196,13 +194,8 @@ class Mirror:
     # ---- progress -------------------------------------------------------------------------------
 
     def commit(self) -> None:
-        """Flush the producer, then commit the positions of everything polled so far (all of it now
-        acknowledged by the target). A failed record stops the mirror before anything more is committed."""
-        self.producer.flush()
-        failed = self.producer.metrics()["record_errors"]
-        if failed:
-            raise MirrorFailed(f"{failed} record(s) could not be written to the target; offsets are "
-                               f"committed only up to the records before them (restart to retry)")
+        """Commit the positions of everything polled so far: all of it is acknowledged by the target
+        (each round's batches are written before the next poll)."""
         try:
             done = self.consumer.commit()
         except KafkaError as exc:  # e.g. a rebalance under way: the next commit covers it
@@ -241,6 +234,3 @@ class Mirror:
             detail = f"lag {sum(lag.values())} ({per_topic})"
         say(f"copied {self.copied} records, {rate:.0f} records/s; {detail}")
 
-
-class MirrorFailed(Exception):
-    """The target did not take some records: stop without committing past them."""
