@@ -1,10 +1,14 @@
 """Mirror benchmark: ``pybroker mirror`` next to a plain consume of the same source, in one run.
 
-    python bench/bench_mirror.py [--records 2000000] [--runs 3] [--json out.json]
+    python bench/bench_mirror.py [--records 2000000] [--runs 3] [--loader bulk|librdkafka] [--json out.json]
 
 Two single-node pybroker brokers (tests/broker.py, local metadata store): a source holding one
 topic of 3 partitions with ``--records`` records (100-byte random values, 8-byte keys, no headers,
-loaded once with pybroker's bulk producer), and for each mirror run a fresh, empty target broker.
+loaded once, by pybroker's bulk producer or, with ``--loader librdkafka``, by confluent-kafka with
+linger.ms=5, batch.size=1000000, batch.num.messages=10000 (100 with ``librdkafka-small``), acks=all,
+no compression; the mean
+records per source batch is printed, since the mirror's cost is per batch), and for each mirror
+run a fresh, empty target broker.
 Each run measures, one after the other:
 
 (a) plain consume: a child process with pybroker's Consumer, a new group, the mirror's own
@@ -59,6 +63,42 @@ def load(bootstrap: str, records: int) -> None:
         sent += n
     assert p.flush(120) == 0
     p.close()
+
+
+def load_librdkafka(bootstrap: str, records: int, per_batch: int = 10000) -> None:
+    from confluent_kafka import Producer
+    from pybroker.client import AdminClient, NewTopic
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    values = [os.urandom(VALUE_SIZE) for _ in range(BATCH)]
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+                  "batch.num.messages": per_batch, "acks": "all", "compression.type": "none",
+                  "queue.buffering.max.messages": 1000000})
+    for i in range(records):
+        while True:
+            try:
+                p.produce(TOPIC, values[i % BATCH], b"k%07d" % i, partition=i % PARTITIONS)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.01)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+
+
+def source_batches(data_dir: str) -> int:
+    """How many record batches the source's segment files hold."""
+    import glob
+    from pybroker import core
+    count = 0
+    for path in glob.glob(os.path.join(data_dir, f"{TOPIC}-*", "*.log")):
+        with open(path, "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos + 61 <= len(data):
+            pos += core.batch.parse_header(data, pos).size
+            count += 1
+    return count
 
 
 def consume_child(bootstrap: str, records: int, group: str) -> None:
@@ -145,6 +185,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", help="write every run's figures and the medians here")
+    ap.add_argument("--loader", choices=("bulk", "librdkafka", "librdkafka-small"), default="bulk",
+                    help="what writes the source data (default: pybroker's bulk producer; librdkafka-small: "
+                         "batch.num.messages=100)")
     ap.add_argument("--consume-child", nargs=3, metavar=("BOOTSTRAP", "RECORDS", "GROUP"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.consume_child:
@@ -155,8 +198,13 @@ def main() -> None:
     runs = []
     try:
         t = time.monotonic()
-        load(source.bootstrap, args.records)
-        print(f"loaded {args.records} records into {TOPIC} in {time.monotonic() - t:.1f} s", flush=True)
+        if args.loader == "bulk":
+            load(source.bootstrap, args.records)
+        else:
+            load_librdkafka(source.bootstrap, args.records, 100 if args.loader == "librdkafka-small" else 10000)
+        batches = source_batches(source.data_dir)
+        print(f"loaded {args.records} records into {TOPIC} in {time.monotonic() - t:.1f} s with the {args.loader} "
+              f"loader: {batches} batches, {args.records / max(batches, 1):,.0f} records per batch", flush=True)
         for i in range(args.runs):
             run = {"consume": run_consume(source.bootstrap, args.records, f"bench-consume-{i}"),
                    "mirror": run_mirror(source.bootstrap, os.path.join(tmp, f"target-{i}"), args.records,
@@ -170,7 +218,8 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {side: {k: statistics.median(r[side][k] for r in runs) for k in ("end_to_end", "steady")}
            for side in ("consume", "mirror")}
-    print(f"\nmedians of {args.runs} runs, {args.records:,} records of {VALUE_SIZE} bytes, {PARTITIONS} partitions")
+    print(f"\nmedians of {args.runs} runs, {args.records:,} records of {VALUE_SIZE} bytes, {PARTITIONS} partitions, "
+          f"{args.loader} loader")
     print("| rate (records/s) | plain consume | mirror | mirror / consume |")
     print("|---|---|---|---|")
     for k, label in (("end_to_end", "end to end (process start to done)"), ("steady", "steady (first record to done)")):

@@ -3,8 +3,8 @@ as Kafka's MirrorMaker does.
 
 A consumer group on the source (``--group``) reads every topic whose whole name matches
 ``--topics``; its record batches go, as they were fetched, to the same topic and partition on the
-target (``mirror_batches``: keys, values, headers, timestamps and compression kept; acks=all; a
-partition's batches in order). Progress is the group's committed offsets on the source, committed
+target (``mirror_batches``: keys, values, headers, timestamps and compression kept; an idempotent
+acks=all producer, so a partition's batches stay in order). Progress is the group's committed offsets on the source, committed
 only after the target acknowledged everything before them: a restart, or a second instance taking
 over partitions, resumes from there, and at worst copies again what followed the last commit
 (at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start and every
@@ -22,7 +22,7 @@ import time
 
 from pybroker.client import AdminClient, ConfigError, Consumer, KafkaError
 from pybroker.client.config import COMMON
-from pybroker.tools.mirror_batches import MirrorFailed, TargetWriter, for_target, split
+from pybroker.tools.mirror_batches import MirrorFailed, TargetWriter, split
 from pybroker.tools.mirror_topics import TopicSync
 from pybroker.tools.wire import ToolError
 
@@ -155,17 +155,15 @@ class Mirror:
                     return
 
     def _write(self, chunks) -> int:
-        """Send the fetched batches to the target; the number of records they hold (below the
-        position, a batch is sent again whole: only after a restart mid-batch)."""
-        pending, records = {}, 0
+        """Send the fetched batches to the target; the number of offsets they cover from the
+        position (below it, a batch is sent again whole: only after a restart mid-batch)."""
+        records = 0
         for c in chunks:
-            out = pending.setdefault((c.topic, c.partition), [])
+            key = (c.topic, c.partition)
             for batch in split(c.data):
-                copy = for_target(batch)
-                if copy is not None:
-                    out.append(copy)
+                self.writer.add(key, batch)
             records += c.next_offset - c.position
-        self.writer.write(pending)
+        self.writer.flush()
         return records
 
     def _refresh(self) -> None:

@@ -20,6 +20,7 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CONFIGS = 19, 20, 37, 
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 9, 10, 15, 16, 42
 ELECT_LEADERS = 43
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, INCREMENTAL_ALTER_CONFIGS = 45, 46, 44
+INIT_PRODUCER_ID = 22
 DESCRIBE_LOG_DIRS, DESCRIBE_CLUSTER = 35, 60
 TOOL_VERSIONS = {
     API_VERSIONS: (0, 3),
@@ -37,6 +38,7 @@ TOOL_VERSIONS = {
     LIST_GROUPS: (0, 4),       # v5 adds the KIP-848 group type filter
     DELETE_GROUPS: (0, 2),
     ELECT_LEADERS: (1, 2),     # v0 knows only preferred elections and no ELIGIBLE_LEADERS_NOT_AVAILABLE
+    INIT_PRODUCER_ID: (0, 4),  # v2+ are flexible; v0/v1 are all an idempotent producer needs
     ALTER_REASSIGNMENTS: (0, 0),
     LIST_REASSIGNMENTS: (0, 0),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -136,13 +138,34 @@ class Connection:
             version = self.version(obj.API_KEY)
         return self._exchange(obj, version, expect_response=expect_response)
 
-    def _exchange(self, obj, version: int, expect_response: bool = True, lenient: bool = False):
+    def send(self, obj, version: int | None = None) -> tuple[int, int]:
+        """Send without waiting (requests pipelined on one connection are answered in order);
+        (correlation id, version) for ``receive``."""
+        if version is None:
+            version = self.version(obj.API_KEY)
         self._correlation += 1
         frame = encode_request(version, self._correlation, CLIENT_ID, obj)
         try:
             self.sock.sendall(_SIZE.pack(len(frame)) + frame)
-            if not expect_response:
-                return None
+        except socket.timeout:
+            raise ToolError(f"timed out after {self.timeout:g} s sending to {self.address}") from None
+        except OSError as exc:
+            raise ToolError(f"connection to {self.address} failed: {exc.strerror or exc}") from None
+        return self._correlation, version
+
+    def receive(self, api_key: int, correlation: int, version: int):
+        """The response to a ``send``, read in the order the requests were sent."""
+        return self._read_response(api_key, version, correlation)
+
+    def _exchange(self, obj, version: int, expect_response: bool = True, lenient: bool = False):
+        correlation, _ = self.send(obj, version)
+        if not expect_response:
+            return None
+        return self._read_response(obj.API_KEY, version, correlation, lenient, type(obj).__name__)
+
+    def _read_response(self, api_key: int, version: int, correlation: int, lenient: bool = False,
+                       what: str = "response"):
+        try:
             size = _SIZE.unpack(self._recv_exact(4))[0]
             data = self._recv_exact(size)
         except socket.timeout:
@@ -151,15 +174,14 @@ class Connection:
             raise ToolError(f"connection to {self.address} failed: {exc.strerror or exc}") from None
         self._last_frame = data
         try:
-            header, body = decode_response(data, obj.API_KEY, version)
+            header, body = decode_response(data, api_key, version)
         except DecodeError as exc:
             if lenient:
                 return None
-            raise ToolError(f"cannot decode a {type(obj).__name__} v{version} response "
-                            f"from {self.address}: {exc}") from None
-        if header.correlation_id != self._correlation:
+            raise ToolError(f"cannot decode a {what} v{version} response from {self.address}: {exc}") from None
+        if header.correlation_id != correlation:
             raise ToolError(f"{self.address} answered correlation id {header.correlation_id}, "
-                            f"expected {self._correlation}")
+                            f"expected {correlation}")
         return body
 
     def _recv_exact(self, n: int) -> bytes:
