@@ -2,6 +2,7 @@
 ZooKeeper), checked with confluent-kafka on both sides: every source record reaches the same
 target partition in order, with its key, headers and timestamp; duplicates only as one replay after
 a kill -9; committed source offsets equal the source's ends; new topics and partitions followed."""
+import glob
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from pybroker import core
 from tests.cluster import Cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -240,6 +242,52 @@ def test_mirror_follows_new_topics_and_partitions(clusters, tmp_path):
     assert "other" not in tgt_admin.list_topics(timeout=10).topics and "created topic __" not in out
     src, tgt = read_all(source.bootstrap, "fresh-1", 3), read_all(target.bootstrap, "fresh-1", 3)
     assert src == tgt  # a clean run: no duplicates at all
+
+
+def test_mirror_keeps_compression_and_the_timestamps_consumers_saw(clusters, tmp_path):
+    """Compressed batches are copied compressed; a LogAppendTime source's records arrive with the
+    source's append times (rebuilt: the target may not receive LogAppendTime batches), and the
+    target topic keeps CreateTime so it does not stamp its own."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+    source, target = clusters
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    admin.create_topics([NewTopic("zipped", 1, 1), NewTopic("stamped", 1, 1, config={
+        "message.timestamp.type": "LogAppendTime"})])["stamped"].result(30)
+    source.wait_for(lambda: source.leader("stamped", 0) is not None and source.leader("zipped", 0) is not None,
+                    30, "leaders")
+    p = Producer({"bootstrap.servers": source.bootstrap, "acks": "all", "compression.type": "lz4",
+                  "linger.ms": 20, "enable.idempotence": True})
+    for i in range(400):
+        for topic in ("zipped", "stamped"):
+            p.produce(topic, value=b"v%d" % i * 20, key=b"k%d" % i, headers=[("i", b"%d" % i)],
+                      timestamp=1_600_000_000_000 + i)
+    assert p.flush(60) == 0
+    mirror = MirrorProcess(tmp_path, source, target, "zipped|stamped")
+    try:
+        for topic in ("zipped", "stamped"):
+            source.wait_for(lambda: end_offsets(target.bootstrap, topic, 1) == [400], TIMEOUT, f"{topic} copied")
+    finally:
+        assert mirror.stop() == 0, mirror.output()
+    assert read_all(target.bootstrap, "zipped", 1) == read_all(source.bootstrap, "zipped", 1)
+    src, tgt = read_all(source.bootstrap, "stamped", 1)[0], read_all(target.bootstrap, "stamped", 1)[0]
+    assert [r[:3] for r in tgt] == [r[:3] for r in src]
+    assert {r[3][0] for r in src} == {2} and {r[3][0] for r in tgt} == {1}  # LogAppendTime there, CreateTime here
+    assert [r[3][1] for r in tgt] == [r[3][1] for r in src], "the times the source's consumers saw"
+    assert src[0][3][1] > 1_600_000_000_000 + 10**9, "the source's append times, not the produced ones"
+    res = ConfigResource("topic", "stamped")
+    target_admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    configs = target_admin.describe_configs([res])[res].result(30)
+    assert configs["message.timestamp.type"].value == "CreateTime"
+    codecs = set()
+    for path in glob.glob(os.path.join(target.broker(1).data_dir, "zipped-0", "*.log")):
+        data = open(path, "rb").read()
+        pos = 0
+        while pos + 61 <= len(data):
+            header = core.batch.parse_header(data, pos)
+            codecs.add(header.attributes & 0x07)
+            pos += header.size
+    assert codecs == {3}, f"the target's batches use codecs {codecs}, not lz4 (3) as the source's"
 
 
 def test_replay_check_accepts_only_contiguous_replays():

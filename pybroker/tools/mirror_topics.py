@@ -2,7 +2,8 @@
 partition count, the source topic's own config overrides and a replication factor that fits it.
 
 Only topic-level overrides are copied (DescribeConfigs entries whose source is a dynamic topic
-config), never the replication throttles; an override the target refuses is left out and named.
+config), never the replication throttles or message.timestamp.type (a LogAppendTime target would
+stamp its own times over the source's); an override the target refuses is left out and named.
 A target topic with fewer partitions than its source is grown (CreatePartitions); one with more is
 left as it is (every source partition still has its twin). Topics deleted on the source are never
 deleted on the target.
@@ -11,8 +12,10 @@ from pybroker.client import AdminClient, ConfigResource, KafkaError, KafkaErrors
 from pybroker.protocol.errors import ErrorCode
 from pybroker.tools.wire import ToolError
 
-# throttles describe the source cluster's own replica traffic: meaningless (or harmful) elsewhere
-NEVER_COPIED = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
+# throttles describe the source cluster's own replica traffic: meaningless (or harmful) elsewhere;
+# LogAppendTime on the target would replace the timestamps the source's consumers see
+NEVER_COPIED = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                          "message.timestamp.type"})
 
 
 def mirrored(name: str, pattern) -> bool:
