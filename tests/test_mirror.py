@@ -300,3 +300,86 @@ def test_replay_check_accepts_only_contiguous_replays():
                 [1, 0, 2, 3, 4, 5, 6, 7, 8, 9]):  # out of order
         with pytest.raises(AssertionError):
             replays(src, bad)
+
+
+KAFKA_HOME = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                          "pybroker-kafka", "kafka_2.13-3.8.0")
+
+
+@pytest.fixture
+def kafka(tmp_path):
+    """A single Apache Kafka 3.8 broker in KRaft mode on free ports, ended by its PID."""
+    from tests.cluster import answers_requests, free_ports
+    port, controller = free_ports(2)
+    props = tmp_path / "server.properties"
+    props.write_text("\n".join([
+        "process.roles=broker,controller", "node.id=1", f"controller.quorum.voters=1@127.0.0.1:{controller}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}", "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={tmp_path / 'kafka-data'}", "offsets.topic.replication.factor=1",
+        "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+        "group.initial.rebalance.delay.ms=0", ""]))
+    env = {**os.environ, "LOG_DIR": str(tmp_path / "kafka-logs"), "KAFKA_HEAP_OPTS": "-Xmx512M -Xms512M"}
+    bin_dir = os.path.join(KAFKA_HOME, "bin")
+    subprocess.run([os.path.join(bin_dir, "kafka-storage.sh"), "format", "-t", "mirror-test-cluster-0001",
+                    "-c", str(props)], check=True, capture_output=True, env=env, timeout=120)
+    proc = subprocess.Popen([os.path.join(bin_dir, "kafka-server-start.sh"), str(props)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        Cluster.wait_for(lambda: proc.poll() is None and answers_requests(port) is None, 120, "Kafka to listen",
+                         interval=0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(60)
+
+
+@pytest.mark.skipif(not os.path.isdir(KAFKA_HOME), reason="Apache Kafka is not built here")
+def test_mirror_from_apache_kafka_drops_transaction_markers(clusters, kafka, tmp_path):
+    """Kafka as the source, with committed and aborted transactions: the copy holds every record
+    (read_uncommitted, as the mirror reads), never a control batch, and in the source's order."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    _, target = clusters
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic("kafka-side", 2, 1)])["kafka-side"].result(60)
+    p = Producer({"bootstrap.servers": kafka, "transactional.id": "mirror-test", "linger.ms": 5})
+    p.init_transactions(60)
+    for round_ in range(4):
+        p.begin_transaction()
+        for i in range(100):
+            n = round_ * 100 + i
+            p.produce("kafka-side", value=b"v%d" % n, key=b"k%d" % n, partition=n % 2, headers=[("n", b"%d" % n)])
+        assert p.flush(60) == 0  # written before the end of the transaction (an abort drops what is queued)
+        (p.commit_transaction if round_ % 2 == 0 else p.abort_transaction)(60)
+    source_ends = end_offsets(kafka, "kafka-side", 2)
+    assert sum(source_ends) > 400  # 400 records and the transaction markers
+    mirror = subprocess.Popen([sys.executable, "-m", "pybroker", "mirror", "--source", kafka, "--target",
+                               target.bootstrap, "--topics", "kafka-side", "--group", "from-kafka",
+                               "--max-idle-ms", "3000"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    out, _ = mirror.communicate(timeout=TIMEOUT)
+    assert mirror.returncode == 0, out
+    copied = read_all(target.bootstrap, "kafka-side", 2)
+    for part in range(2):
+        values = [v for _, v, _, _ in copied[part]]
+        assert values == [b"v%d" % n for n in range(part, 400, 2)], f"partition {part}: {values[:5]}..."
+    assert sum(end_offsets(target.bootstrap, "kafka-side", 2)) == 400  # the markers stayed behind
+
+
+@pytest.mark.skipif(not os.path.isdir(KAFKA_HOME), reason="Apache Kafka is not built here")
+def test_mirror_into_apache_kafka(clusters, kafka, tmp_path):
+    """Apache Kafka as the target takes the mirror's batches (its own producer id and sequences)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    source, _ = clusters
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    admin.create_topics([NewTopic("to-kafka", PARTITIONS, 1)])["to-kafka"].result(30)
+    source.wait_for(lambda: all(source.leader("to-kafka", p) is not None for p in range(PARTITIONS)), 30, "leaders")
+    produce(source.bootstrap, "to-kafka", 0, 900)
+    mirror = subprocess.Popen([sys.executable, "-m", "pybroker", "mirror", "--source", source.bootstrap, "--target",
+                               kafka, "--topics", "to-kafka", "--group", "into-kafka", "--max-idle-ms", "3000"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = mirror.communicate(timeout=TIMEOUT)
+    assert mirror.returncode == 0, out
+    assert read_all(kafka, "to-kafka", PARTITIONS) == read_all(source.bootstrap, "to-kafka", PARTITIONS)

@@ -53,6 +53,9 @@ def run(args) -> int:
     except (ConfigError, KafkaError) as exc:
         _restore(previous)
         raise ToolError(str(exc)) from None
+    except BaseException:
+        _restore(previous)
+        raise
     try:
         return mirror.run(stop)
     finally:
@@ -80,6 +83,7 @@ class Mirror:
     def __init__(self, args, pattern):
         source_props, target_props = dict(args.source_property), dict(args.target_property)
         self.args = args
+        self.writer = TargetWriter(args.target, TARGET_TIMEOUT_MS)  # first: it may fail, and holds no thread
         self.source_admin = AdminClient(_admin_conf(args.source, source_props))
         self.target_admin = AdminClient(_admin_conf(args.target, target_props))
         self.topics = TopicSync(self.source_admin, self.target_admin, pattern, args.replication_factor, say)
@@ -87,7 +91,6 @@ class Mirror:
         # the group looks for new partitions as often as TopicSync adds them to the target
         self.consumer = Consumer({**CONSUMER_DEFAULTS, "metadata.max.age.ms": refresh, **source_props,
                                   "bootstrap.servers": args.source, "group.id": args.group})
-        self.writer = TargetWriter(args.target, TARGET_TIMEOUT_MS)
         self.subscribed = []
         self.committed = {}  # {TopicPartition: offset} last committed by this process
         self.copied = 0

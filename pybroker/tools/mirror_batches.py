@@ -36,6 +36,8 @@ SEQUENCE_WRAP = 2**31
 # after a failed batch the later ones in flight are refused as out of order: sent again, not errors
 AGAIN = set(RETRIABLE) | {ErrorCode.NETWORK_EXCEPTION, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER}
 DONE = (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+COORDINATOR_BUSY = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT}
 
 
 class MirrorFailed(Exception):
@@ -92,11 +94,16 @@ class TargetWriter:
         self.client.close()
 
     def _init_producer_id(self) -> tuple[int, int]:
-        conn = self.client.any_conn()
-        resp = conn.request(REQUESTS[INIT_PRODUCER_ID](transactional_id=None, transaction_timeout_ms=-1))
-        if resp.error_code:
-            raise KafkaError(resp.error_code, None, "InitProducerId on the target")
-        return resp.producer_id, resp.producer_epoch
+        """A producer id of the target's (a fresh Kafka answers "loading" for a while: asked again)."""
+        deadline = time.monotonic() + RETRY_FOR_S
+        while True:
+            resp = self.client.any_conn().request(REQUESTS[INIT_PRODUCER_ID](transactional_id=None,
+                                                                            transaction_timeout_ms=-1))
+            if not resp.error_code:
+                return resp.producer_id, resp.producer_epoch
+            if resp.error_code not in COORDINATOR_BUSY or time.monotonic() > deadline:
+                raise KafkaError(resp.error_code, None, "InitProducerId on the target")
+            time.sleep(BACKOFF_S)
 
     def add(self, key, batch) -> None:
         """Queue one source batch for partition ``key`` of the target."""
