@@ -203,11 +203,11 @@ def _add_mirror(sub) -> None:
     p.add_argument("--source-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
                    help="a consumer setting for the source (Kafka name); repeatable")
     p.add_argument("--target-property", type=_property, action="append", default=[], metavar="KEY=VALUE",
-                   help="a producer setting for the target (Kafka name); repeatable")
+                   help="a client setting for the target's admin connection (Kafka name); repeatable")
     p.add_argument("--replication-factor", type=int, metavar="N",
                    help="of topics created on the target (default: the source's, at most the target's broker count)")
     p.add_argument("--commit-interval-ms", type=int, default=1000, metavar="MS",
-                   help="flush the target producer and commit the source offsets this often (default 1000)")
+                   help="commit the source offsets (of what the target acknowledged) this often (default 1000)")
     p.add_argument("--lag-interval-ms", type=int, default=5000, metavar="MS",
                    help="print records copied, rate and lag this often (default 5000)")
     p.add_argument("--metadata-refresh-ms", type=int, default=30000, metavar="MS",
