@@ -165,6 +165,35 @@ def test_iterator_and_max_records(broker):
         c.poll(0)
 
 
+def test_poll_raw_hands_out_the_fetched_batches(broker):
+    """poll_raw: whole record batches as fetched, decoding to what poll gives; the position moves
+    past each chunk, commits follow it; read_committed cannot use it."""
+    from pybroker.records import decode_records
+    from pybroker.tools.mirror_batches import split
+    topic = new_topic(broker)
+    sent = produce(broker, topic, 60, compression="lz4")
+    tp = TopicPartition(topic, 0)
+    with Consumer(conf(broker, group_id=unique("raw"))) as c:
+        c.assign([(topic, 0, 0)])
+        chunks, end = [], time.monotonic() + DEADLINE
+        while (not chunks or chunks[-1].next_offset < 60) and time.monotonic() < end:
+            chunks += c.poll_raw(200)
+        assert chunks and chunks[0].position == 0 and chunks[-1].next_offset == 60
+        assert all(ch.topic == topic and ch.partition == 0 for ch in chunks)
+        records = [r for ch in chunks for batch in split(ch.data) for r in decode_records(batch)]
+        assert [r.offset for r in records] == list(range(60))
+        assert [(r.key, r.value, norm_headers(r.headers), r.timestamp) for r in records] == \
+            [sent_tuple(x) for x in sent]
+        assert c.position(tp) == 60
+        c.commit()
+        assert c.committed([tp])[tp].offset == 60
+        assert c.poll_raw(100) == []
+    with Consumer(conf(broker, isolation_level="read_committed")) as c:
+        c.assign([(topic, 0, 0)])
+        with pytest.raises(Exception, match="read_uncommitted"):
+            c.poll_raw(100)
+
+
 def test_async_assign_poll_seek_commit(broker):
     topic = new_topic(broker, 2)
     sent0 = produce(broker, topic, 20, partition=0, prefix="a")
