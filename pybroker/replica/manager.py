@@ -285,59 +285,32 @@ class ReplicaManager:
                     self._waiters.remove(waiter)
 
     def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool):
-        """One pass over the partitions, as Kafka: the first batch found may exceed max_bytes."""
-        results, total = [], 0
-        for req in requests:
-            partition = self.partitions.get((req.topic, req.partition))
-            if partition is None:
-                results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            try:
-                partition.check_leader(req.current_leader_epoch)
-                budget = min(req.max_bytes, max(max_bytes - total, 0))
-                records = partition.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
-            except BrokerError as exc:
-                if isinstance(exc, OffsetOutOfRangeError):
-                    log.info("%s-%d: a fetch at %s", req.topic, req.partition, exc)
-                results.append(FetchResult(exc.code, partition.high_watermark, partition.last_stable_offset,
-                                           partition.log_start_offset))
-                continue
-            total += records.length
-            results.append(FetchResult(0, partition.high_watermark, partition.last_stable_offset,
-                                       partition.log_start_offset, records if records.length else None))
-        return results, total
+        """A consumer's fetch, one pass as Kafka: the first batch found may exceed max_bytes."""
+        def one(p, req, budget, total):
+            p.check_leader(req.current_leader_epoch)
+            return p.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
+        return self._read_each(requests, max_bytes, one)
 
     def read_for_follower(self, replica_id: int, requests: list[FetchRequestPartition], max_bytes: int):
         """A follower's fetch: its fetch offset is its log end; reads go up to our log end."""
-        results, total, now = [], 0, monotonic_ms()
-        for req in requests:
-            p = self.partitions.get((req.topic, req.partition))
-            if p is None:
-                results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            try:
-                p.check_leader(req.current_leader_epoch)
-                if replica_id not in p.replicas:
-                    raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {req.topic}-{req.partition}")
-                budget = min(req.max_bytes, max(max_bytes - total, 0))
-                throttled = self._leader_throttled(p, replica_id)
-                if throttled and self.leader_quota.exceeded():
-                    records = None  # over the rate: this follower gets nothing of it for now
-                else:
-                    records = p.read_for_follower(req.fetch_offset, budget)
-                    if throttled:
-                        self.leader_quota.record(records.length)
-                if p.update_follower(replica_id, req.fetch_offset, now):
-                    self.high_watermark_moved(p)
-                self._maybe_expand_isr(p, replica_id)
-            except BrokerError as exc:
-                results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
-                continue
-            length = records.length if records is not None else 0
-            total += length
-            results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
-                                       records if length else None))
-        return results, total
+        now = monotonic_ms()
+
+        def one(p, req, budget, total):
+            p.check_leader(req.current_leader_epoch)
+            if replica_id not in p.replicas:
+                raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {req.topic}-{req.partition}")
+            throttled = self._leader_throttled(p, replica_id)
+            if throttled and self.leader_quota.exceeded():
+                records = None  # over the rate: this follower gets nothing of it for now
+            else:
+                records = p.read_for_follower(req.fetch_offset, budget)
+                if throttled:
+                    self.leader_quota.record(records.length)
+            if p.update_follower(replica_id, req.fetch_offset, now):
+                self.high_watermark_moved(p)
+            self._maybe_expand_isr(p, replica_id)
+            return records
+        return self._read_each(requests, max_bytes, one)
 
     def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
         """Kafka's rule: a throttled partition's out-of-sync follower, while a rate is set."""
@@ -347,6 +320,14 @@ class ReplicaManager:
     def read_for_debugging(self, requests: list[FetchRequestPartition], max_bytes: int):
         """Kafka's debugging consumer (replica id -2, e.g. ``pybroker verify-replicas``): any replica,
         leader or follower, read up to its own log end, with its own HW; no follower state moves."""
+        def one(p, req, budget, total):
+            p.check_leader_epoch(req.current_leader_epoch)
+            # at least one batch, as for followers: an empty answer always means "at the log end"
+            return p.log.read(req.fetch_offset, budget, max_offset=None, min_one_batch=True)
+        return self._read_each(requests, max_bytes, one)
+
+    def _read_each(self, requests: list[FetchRequestPartition], max_bytes: int, read_one):
+        """(results, bytes) of ``read_one(partition, request, budget, bytes so far)`` over the requests."""
         results, total = [], 0
         for req in requests:
             p = self.partitions.get((req.topic, req.partition))
@@ -354,16 +335,16 @@ class ReplicaManager:
                 results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             try:
-                p.check_leader_epoch(req.current_leader_epoch)
-                budget = min(req.max_bytes, max(max_bytes - total, 0))
-                # at least one batch, as for followers: an empty answer always means "at the log end"
-                records = p.log.read(req.fetch_offset, budget, max_offset=None, min_one_batch=True)
+                records = read_one(p, req, min(req.max_bytes, max(max_bytes - total, 0)), total)
             except BrokerError as exc:
+                if isinstance(exc, OffsetOutOfRangeError):
+                    log.info("%s-%d: a fetch at %s", req.topic, req.partition, exc)
                 results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
                 continue
-            total += records.length
+            length = records.length if records is not None else 0
+            total += length
             results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
-                                       records if records.length else None))
+                                       records if length else None))
         return results, total
 
     def stop_waiting(self) -> None:
