@@ -22,6 +22,7 @@ from pybroker.coordinator.offsets import OffsetStore
 from pybroker.errors import BrokerError
 from pybroker.log import LogManager
 from pybroker.log.config import LogConfig
+from pybroker.metrics import BrokerMetrics
 from pybroker.net.server import Server
 from pybroker.replica.manager import ReplicaManager
 
@@ -45,13 +46,20 @@ class Broker:
         self.coordinator = None
         self.zk = None
         self.zk_controller = None
-        self.dynamic_configs = None  # a cluster's live broker configs (replication throttles)
+        self.dynamic_configs = None  # live broker configs (replication throttles, log defaults)
+        self.static_log_config = config.log  # the log defaults before dynamic configs
+        self.quotas = None  # client quotas (pybroker/quota): the manager and its durable store
+        self.quota_store = None
         self.broker_epoch = -1
         self._signalled = asyncio.Event()  # set once a signal's controlled shutdown is over
         self._on_signal_task = None
         self.metadata = MetadataCache()
         self.advertised_listener = None
         self._registered = False
+        self.metrics = BrokerMetrics() if config.metrics_listener else None  # pybroker/metrics; None: off
+        self.metrics_server = None
+        self.ready = False  # serving clients: what /health says
+        self.readiness = "starting"  # why not, for /health
 
     @property
     def server(self):
@@ -59,11 +67,17 @@ class Broker:
 
     async def start(self) -> "Broker":
         cfg = self.config
+        if self.metrics is not None:  # first: /health says "not ready" through recovery and registration
+            await self._start_metrics()
+        self.readiness = "recovering logs"
         self.log_manager = LogManager(list(cfg.log_dirs), cfg.log,
                                       retention_check_interval_ms=cfg.log_retention_check_interval_ms,
                                       writeback_bytes=cfg.log_writeback_bytes).startup()
         self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.replica_lag_time_max_ms)
         await self._start_listeners()
+        for server in self.servers if self.metrics is not None else ():
+            server.on_response_written = self.metrics.response_written  # request timing
+        self.readiness = "loading metadata"
         # committed offsets load as offsets partitions become led here: no request sees a half-loaded store
         self.offsets = OffsetStore(cfg, self)
         self.coordinator = GroupCoordinator(cfg, self.offsets)
@@ -78,8 +92,15 @@ class Broker:
         for server in self.servers:
             server.open()
         if cfg.zookeeper_connect:
+            self.readiness = "registering in ZooKeeper and waiting for the controller"
             await self._register()
+        self.ready, self.readiness = True, "ready"
         return self
+
+    async def _start_metrics(self) -> None:
+        from pybroker.metrics.http import MetricsServer
+        host, port = self.config.metrics_listener
+        self.metrics_server = await MetricsServer(self, host, port).start()
 
     async def _start_listeners(self) -> None:
         cfg = self.config
@@ -105,8 +126,23 @@ class Broker:
         self.producer_ids = ProducerIdManager(cfg.log_dirs[0])
         self.metadata.update(self.node_id, [self.own_endpoint()], [], {})
         self.controller = Controller(self, self.store)
+        self._start_dynamic_single_node()
         self._remove_stale_logs(self.store.topics, lambda topic, p: True)
         self.controller.startup()
+        self._apply_log_config_to_open_logs()  # the logs recovered at start took the static defaults
+
+    def _start_dynamic_single_node(self) -> None:
+        from pybroker.controller.broker_configs import LocalDynamicBrokerConfigs
+        from pybroker.quota.store import LocalQuotaStore
+        self._new_quota_manager()
+        self.quota_store = LocalQuotaStore(self.config.log_dirs[0], self.quotas)
+        self.quota_store.load()
+        self.dynamic_configs = LocalDynamicBrokerConfigs(self, self.config.log_dirs[0])
+        self.dynamic_configs.load()
+
+    def _new_quota_manager(self) -> None:
+        from pybroker.quota.manager import ClientQuotaManager
+        self.quotas = ClientQuotaManager(self.config.quota_window_num, self.config.quota_window_size_seconds)
 
     async def _start_cluster(self) -> None:
         from pybroker.controller.broker_configs import DynamicBrokerConfigs
@@ -135,6 +171,10 @@ class Broker:
                                                       sample_s=cfg.replication_quota_window_size_seconds)
         self.dynamic_configs = DynamicBrokerConfigs(self, self.zk)
         await self.dynamic_configs.startup()
+        from pybroker.quota.store import ZkQuotaStore
+        self._new_quota_manager()
+        self.quota_store = ZkQuotaStore(self.zk, self.quotas)
+        await self.quota_store.startup()
         assignments = self.controller.assignments
         self._remove_stale_logs(self.controller.topics,
                                 lambda t, p: self.node_id in assignments.get(t, {}).get(p, ()))
@@ -167,6 +207,8 @@ class Broker:
     def _session_lost(self) -> None:
         log.warning("ZooKeeper session lost: not acting as leader until the controller says so")
         self._registered = False
+        if self.ready:
+            self.ready, self.readiness = False, "ZooKeeper session lost"
         self.replicas.resign_all()
         if self.zk_controller is not None:
             self.zk_controller.enqueue("resign")
@@ -175,6 +217,8 @@ class Broker:
         try:
             await self._register_in_zk()
             self.zk_controller.enqueue("elect")
+            if self.readiness == "ZooKeeper session lost":
+                self.ready, self.readiness = True, "ready"
         except Exception:
             log.exception("re-registering in ZooKeeper failed")
 
@@ -202,11 +246,38 @@ class Broker:
         return LogConfig.from_properties(record.configs, base=self.config.log)
 
     def apply_leader_and_isr(self, controller_epoch: int, states, topic_ids: dict, leaders: dict) -> dict:
-        return self.replicas.apply_states(controller_epoch, states, topic_ids, self.log_config_for, leaders)
+        errors = self.replicas.apply_states(controller_epoch, states, topic_ids, self.log_config_for, leaders)
+        if self.config.log is not self.static_log_config:  # logs recovered at start took the static defaults
+            for topic in {s.topic for s in states}:
+                self.apply_log_config(topic)
+        return errors
 
     def apply_dynamic_configs(self, values: dict) -> None:
         self.replicas.leader_quota.rate = values["leader.replication.throttled.rate"]
-        self.replicas.fetchers.follower_quota.rate = values["follower.replication.throttled.rate"]
+        if self.replicas.fetchers is not None:
+            self.replicas.fetchers.follower_quota.rate = values["follower.replication.throttled.rate"]
+        self._apply_log_defaults(values.get("log", {}))
+
+    def _apply_log_defaults(self, overrides: dict) -> None:
+        """Dynamic log.* defaults: config.log is the live defaults object every reader (controllers,
+        log_config_for) takes as the base of topic configs, so it is swapped in place."""
+        try:
+            new = LogConfig.from_properties(overrides, base=self.static_log_config) if overrides \
+                else self.static_log_config
+        except ValueError:
+            log.exception("ignoring invalid dynamic log defaults %s", overrides)
+            return
+        if new == self.config.log:
+            return
+        object.__setattr__(self.config, "log", new)  # BrokerConfig is frozen; this is its one live field
+        if self.log_manager is not None:
+            self.log_manager.config = new
+        self._apply_log_config_to_open_logs()
+
+    def _apply_log_config_to_open_logs(self) -> None:
+        if self.replicas is not None and getattr(self, "controller", None) is not None:
+            for topic in {t for t, _ in list(self.replicas.partitions)}:
+                self.apply_log_config(topic)
 
     def apply_log_config(self, topic: str) -> None:
         cfg = self.log_config_for(topic)
@@ -228,6 +299,11 @@ class Broker:
         if p.leader_epoch != epoch or not p.is_leader:
             return False
         log.info("%s-%d: ISR %s -> %s", p.topic, p.index, list(p.isr), list(new_isr))
+        if self.metrics is not None:
+            if len(new_isr) < len(p.isr):
+                self.metrics.isr_shrinks += 1
+            else:
+                self.metrics.isr_expands += 1
         p.isr, p.zk_version = tuple(new_isr), version
         return True
 
@@ -245,6 +321,7 @@ class Broker:
             self.coordinator.shutdown()
 
     async def stop(self, timeout: float = 30.0) -> None:
+        self.ready, self.readiness = False, "stopping"
         self._answer_parked()
         for server in self.servers:
             await server.stop(timeout)
@@ -258,6 +335,8 @@ class Broker:
             self.replicas.shutdown()
             self.log_manager.shutdown()
             self.log_manager = None
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         log.info("broker stopped cleanly")
 
     def install_signal_handlers(self) -> None:

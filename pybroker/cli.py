@@ -27,8 +27,16 @@ def serve(args) -> int:
         broker = await Broker(config).start()
         broker.install_signal_handlers()  # before the ready line: a stop right after it is clean
         listener = broker.advertised_listener
+        if args.stop_on_stdin_eof:
+            _stop_on_stdin_eof()
+        if args.ready_file:
+            from pybroker.ready import ready_info, write_ready_file
+            write_ready_file(args.ready_file, ready_info(broker))
         print(f"pybroker {__version__} listening on {listener.name}://{listener.host}:{broker.port}", flush=True)
         await broker.run_until_signalled()
+        if args.ready_file:  # a clean exit only: after a crash the stale file names a dead pid
+            from pybroker.ready import remove_ready_file
+            remove_ready_file(args.ready_file)
 
     try:
         run(main())
@@ -36,6 +44,25 @@ def serve(args) -> int:
         print(f"pybroker: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_on_stdin_eof() -> None:
+    """SIGTERM ourselves (a clean stop) when stdin, a pipe from the parent, reaches end of file:
+    the parent exited or closed it. Used by EmbeddedBroker so that no broker outlives its test run."""
+    import asyncio
+    import signal
+    loop = asyncio.get_running_loop()
+    fd = sys.stdin.fileno()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not data:
+            loop.remove_reader(fd)
+            os.kill(os.getpid(), signal.SIGTERM)
+    loop.add_reader(fd, readable)
 
 
 def dump_log(args) -> int:
@@ -99,6 +126,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("serve", help="run a broker")
     p.add_argument("properties", nargs="?", help="a Kafka-style server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--ready-file", metavar="PATH",
+                   help="once serving, write the bound listeners and pid here as JSON (removed on a clean exit)")
+    p.add_argument("--stop-on-stdin-eof", action="store_true",
+                   help="stop cleanly when stdin (a pipe) is closed, e.g. because the parent process exited")
     p.set_defaults(func=serve)
     p = sub.add_parser("dump-log", help="print the batches of .log files and the entries of index files")
     p.add_argument("files", nargs="+")

@@ -84,6 +84,8 @@ _INTS = {
     "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 0, 100),
     "replication.quota.window.num": ("replication_quota_window_num", 1, INT_MAX),
     "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", 1, INT_MAX),
+    "quota.window.num": ("quota_window_num", 1, INT_MAX),
+    "quota.window.size.seconds": ("quota_window_size_seconds", 1, INT_MAX),
 }
 _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "delete.topic.enable": "delete_topic_enable",
@@ -110,7 +112,7 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
-            "inter.broker.listener.name")
+            "inter.broker.listener.name", "metrics.listener")
 SUPPORTED = frozenset(_INTS) | frozenset(_BOOLS) | frozenset(_LOG_INTS) | frozenset(_STRINGS)
 
 
@@ -173,10 +175,13 @@ class BrokerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     replication_quota_window_num: int = 11
     replication_quota_window_size_seconds: int = 1
+    quota_window_num: int = 11  # client quotas (pybroker/quota)
+    quota_window_size_seconds: int = 1
     inter_broker_listener_name: str | None = None
     cluster_id: str | None = None
     log_level: str = "INFO"
     zookeeper_connect: str | None = None
+    metrics_listener: tuple[str, int] | None = None  # (host, port) of /metrics and /health; None: off
     log: LogConfig = field(default_factory=LogConfig)
     raw: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     ignored: tuple[str, ...] = ()
@@ -268,6 +273,8 @@ class BrokerConfig:
             values["log_level"] = level
         if raw.get("zookeeper.connect"):
             values["zookeeper_connect"] = raw["zookeeper.connect"]
+        if raw.get("metrics.listener"):
+            values["metrics_listener"] = parse_metrics_listener(raw["metrics.listener"])
         _check_kraft(raw, node_id)
         listeners, advertised = _listeners(raw)
         values.update(listeners=listeners, advertised_listeners=advertised)
@@ -301,6 +308,7 @@ class BrokerConfig:
                     "controller.quorum.bootstrap.servers"):
             put(key, raw.get(key, ""))
         put("zookeeper.connect", self.zookeeper_connect)
+        put("metrics.listener", raw.get("metrics.listener") or None)
         put("inter.broker.listener.name", self.inter_broker_listener.name)
         put("log.dirs", ",".join(self.log_dirs), "log.dirs", "log.dir")
         put("log.dir", raw.get("log.dir", self.log_dirs[0]), "log.dir", "log.dirs")
@@ -362,6 +370,15 @@ def parse_listener(key: str, text: str) -> Listener:
     if port > 65535:
         raise ConfigError(f"{key}: bad listener {text!r}: port must be between 0 and 65535", key)
     return Listener(name, host or DEFAULT_HOST, port)
+
+
+def parse_metrics_listener(text: str, key: str = "metrics.listener") -> tuple[str, int]:
+    """``http://host:port`` (an empty host is 127.0.0.1; port 0 picks a free one) -> (host, port)."""
+    m = re.fullmatch(r"http://(\[[^\]\s/]*\]|[^:/\[\]\s]*):([0-9]{1,5})/?", text.strip(), re.IGNORECASE)
+    if m is None or int(m.group(2)) > 65535:
+        raise ConfigError(f"{key}={text!r}: expected http://host:port with a port of 0-65535, e.g. "
+                          "http://127.0.0.1:9644", key)
+    return m.group(1).strip("[]") or DEFAULT_HOST, int(m.group(2))
 
 
 def parse_listeners(key: str, text: str) -> tuple[Listener, ...]:

@@ -265,7 +265,7 @@ def test_alter_configs(broker_factory):
         node = admin.list_topics().controller_id
         broker_res = ConfigResource("broker", str(node))
         with pytest.raises(KafkaErrors) as info:
-            admin.alter_configs({broker_res: {"log.retention.ms": "1000"}})
+            admin.alter_configs({broker_res: {"log.dirs": "/elsewhere"}})  # static
         err = info.value.errors[broker_res]
         assert err.name == "INVALID_REQUEST" and "dynamically" in err.message
         assert topic_overrides(admin, "cfg") == {"retention.ms": "3600000", "max.message.bytes": "2000"}
@@ -291,7 +291,7 @@ def test_alter_configs(broker_factory):
             fut.result(DEADLINE)
     assert "INVALID_REQUEST" in str(info.value) or "append" in str(info.value).lower()
     broker_inc = CKResource(ResourceType.BROKER, "0", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("log.dirs", "/elsewhere", incremental_operation=AlterConfigOpType.SET)])  # static
     with pytest.raises(Exception) as info:
         for fut in ck.incremental_alter_configs([broker_inc]).values():
             fut.result(DEADLINE)

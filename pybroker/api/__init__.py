@@ -18,4 +18,7 @@ MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_
            incremental_alter_configs, leader_and_isr, update_metadata, stop_replica, controlled_shutdown,
            elect_leaders, describe_log_dirs, describe_cluster, describe_producers, alter_partition_reassignments,
            list_partition_reassignments)
+from pybroker.api import alter_client_quotas, describe_client_quotas  # noqa: E402  (client quotas)
+
+MODULES += (describe_client_quotas, alter_client_quotas)
 TABLE = {m.API_KEY: m for m in MODULES}

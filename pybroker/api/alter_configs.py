@@ -1,9 +1,9 @@
 """AlterConfigs (legacy, non-incremental): replace a topic's overrides with exactly the given set.
 
-Configs not named in a resource go back to their defaults, as in Kafka. Only topic resources
-can change: every broker config of this broker is static, so a broker resource is answered as
-Kafka answers a config it cannot update dynamically (INVALID_REQUEST, "Cannot update these
-configs dynamically"). Other resource types are INVALID_REQUEST too.
+Configs not named in a resource go back to their defaults, as in Kafka. A broker resource takes
+the keys Kafka changes live (pybroker/controller/broker_configs.py); any other broker key is answered
+as Kafka answers a config it cannot update dynamically (INVALID_REQUEST, "Cannot update these configs
+dynamically"). Other resource types are INVALID_REQUEST too.
 """
 from pybroker.api.incremental_alter_configs import ConfigChangeError, alter_each
 from pybroker.protocol.messages import RESPONSES

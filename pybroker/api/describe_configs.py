@@ -17,6 +17,7 @@ def handle(ctx, request):
     results = []
     for res in request.resources:
         error, message, entries = 0, None, []
+        synonyms = {}
         try:
             if res.resource_type == TOPIC:
                 rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, not overridden)
@@ -24,18 +25,46 @@ def handle(ctx, request):
             elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.broker.node_id)):
                 rows = [(k, v, DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG, True)
                         for k, (v, is_default) in sorted(ctx.broker.config.describe().items())]
-                if ctx.broker.dynamic_configs is not None:  # the keys a cluster broker may change live
+                if ctx.broker.dynamic_configs is not None:  # the keys a broker may change live
                     rows += [(k, v, source or DEFAULT_CONFIG, False)
                              for k, (v, source) in sorted(ctx.broker.dynamic_configs.describe().items())]
+                    rows, synonyms = _dynamic_log_rows(ctx.broker, rows)
             else:
                 raise BrokerError(f"cannot describe resource type {res.resource_type} {res.resource_name!r}")
             wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+            with_synonyms = getattr(request, "include_synonyms", False)
             entries = [Response.DescribeConfigsResourceResult(
                 name=k, value=v, read_only=read_only, config_source=source,
-                is_sensitive=False, synonyms=[]) for k, v, source, read_only in rows if wanted is None or k in wanted]
+                is_sensitive=False, synonyms=synonyms.get(k, []) if with_synonyms else [])
+                for k, v, source, read_only in rows if wanted is None or k in wanted]
         except BrokerError as exc:
             error, message = exc.code if exc.code != -1 else INVALID_REQUEST, str(exc)
         results.append(Response.DescribeConfigsResult(error_code=error, error_message=message,
                                                       resource_type=res.resource_type,
                                                       resource_name=res.resource_name, configs=entries))
     return Response(throttle_time_ms=0, results=results)
+
+
+def _dynamic_log_rows(broker, rows) -> tuple[list, dict]:
+    """Broker rows with the dynamic log defaults in place of the static ones (sources 2/3, not
+    read-only) and {key: synonyms}: the dynamic values most specific first, then the static one."""
+    from pybroker.controller.broker_configs import LOG_KEYS
+    from pybroker.log.config import BROKER_NAMES
+    dynamic = broker.dynamic_configs.describe_log()
+    field_of = {key: name for name, key in BROKER_NAMES.items()}
+    out, synonyms = [], {}
+    for k, v, source, read_only in rows:
+        if k in LOG_KEYS:
+            read_only = False
+            static_value = str(getattr(broker.static_log_config, field_of[k])) if k in field_of else v
+            static = [Response.DescribeConfigsSynonym(name=k, value=static_value, source=source)] \
+                if static_value is not None else []
+            if k in dynamic:
+                (v, source), *_ = dynamic[k]
+                synonyms[k] = [Response.DescribeConfigsSynonym(name=k, value=dv, source=ds)
+                               for dv, ds in dynamic[k]] + static
+            else:
+                v = static_value
+                synonyms[k] = static
+        out.append((k, v, source, read_only))
+    return out, synonyms

@@ -6,11 +6,13 @@ ApiVersions, which is answered in v0 with UNSUPPORTED_VERSION and our ranges (KI
 """
 import inspect
 import struct
+import time
 
 from pybroker import core
 from pybroker.api import TABLE, api_versions, produce
 from pybroker.api.context import Parts, RequestContext
 from pybroker.errors import BrokerError
+from pybroker.quota import enforce
 from pybroker.protocol import (API_NAMES, RequestHeader, UnsupportedVersionError, decode_request,
                                encode_response, response_header_version)
 
@@ -24,6 +26,10 @@ class UnsupportedRequestError(BrokerError):
 class Dispatcher:
     def __init__(self, broker):
         self.broker = broker
+        metrics = getattr(broker, "metrics", None)
+        if metrics is not None:  # request timing (pybroker/metrics); no wrapper at all when metrics are off
+            plain = self.handle
+            self.handle = lambda frame, conn: metrics.handle(plain, frame, conn)
 
     def handle(self, frame, conn):
         try:
@@ -38,9 +44,20 @@ class Dispatcher:
             if key == api_versions.API_KEY:
                 return self._unsupported_api_versions(header.correlation_id)
             raise UnsupportedRequestError(f"{API_NAMES.get(key, f'API {key}')} v{version} is not supported")
+        quotas = getattr(self.broker, "quotas", None)
+        started = time.perf_counter() if quotas is not None and quotas.enabled else None
         result = api.handle(RequestContext(self.broker, header, conn), request)
+        if started is not None:  # client quotas: throttle time into the response, then mute (KIP-219)
+            handler_s = time.perf_counter() - started
+            if inspect.isawaitable(result):
+                return self._finish_throttled(result, key, version, header, request, frame, conn, handler_s)
+            result = enforce.apply(quotas, result, key, header, request, frame, conn, handler_s)
         if inspect.isawaitable(result):
             return self._finish(result, key, version, header.correlation_id)
+        return self._respond(result, key, version, header.correlation_id)
+
+    async def _finish_throttled(self, pending, key, version, header, request, frame, conn, handler_s):
+        result = enforce.apply(self.broker.quotas, await pending, key, header, request, frame, conn, handler_s)
         return self._respond(result, key, version, header.correlation_id)
 
     @staticmethod

@@ -27,6 +27,9 @@ async def handle(ctx, request):
     committed_only = request.isolation_level == 1
     results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
                                               request.max_bytes, committed_only, request.replica_id)
+    metrics = getattr(ctx.broker, "metrics", None)
+    if metrics is not None:  # pybroker/metrics: bytes out per topic (the slices' lengths)
+        metrics.on_fetch(partitions, results, request.replica_id)
     return Parts(core.kafka_codec.encode_fetch(ctx.version, request.topics, results, committed_only))
 
 

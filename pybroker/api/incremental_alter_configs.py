@@ -1,7 +1,7 @@
 """IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs.
 
 Topic changes are validated like CreateTopics' configs, stored durably (they survive a restart)
-and applied to the topic's open logs. On a cluster the replication throttle rates of a broker may
+and applied to the topic's open logs. A broker's replication throttle rates and log.* defaults may
 change live (pybroker/controller/broker_configs.py); every other broker config is static, so it
 fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUEST ("Cannot update
 these configs dynamically"). APPEND/SUBTRACT apply only to list

@@ -59,6 +59,9 @@ def handle(ctx, request):
         appended = ctx.broker.replicas.append(acks, entries)
         for key, outcome in appended.items():
             outcomes[key] = (outcome.error, outcome.result, outcome.message)
+    metrics = getattr(ctx.broker, "metrics", None)
+    if metrics is not None:  # pybroker/metrics: plain-int counts per topic, rendered on scrape
+        metrics.on_produce(topics, entries if appended else {}, outcomes, error)
     if acks == 0:
         failed = sorted(f"{t}-{p}: error {o[0]}" for (t, p), o in outcomes.items() if o[0]) or (
             [f"error {error}"] if error else [])

@@ -1,16 +1,24 @@
-"""Dynamic broker configs on a cluster: ``/config/brokers/<id>`` over ``/config/brokers/<default>``.
+"""Dynamic broker configs: per broker (``<id>``) over the cluster-wide default (``<default>``).
 
 Set with IncrementalAlterConfigs / AlterConfigs on a broker resource (a broker id: that broker;
-the empty name: every broker's default), kept in ZooKeeper as Kafka keeps them, watched by every
-broker and applied without a restart. The keys that may change live are Kafka's replication
-throttle rates.
+the empty name: every broker's default) and applied without a restart. A cluster keeps them in
+ZooKeeper as Kafka keeps them (``/config/brokers/<id>``, ``/config/brokers/<default>``), watched by
+every broker (``DynamicBrokerConfigs``); a single node keeps them in ``dynamic-broker-configs.json``
+in its first log dir, written atomically (``LocalDynamicBrokerConfigs``).
+
+The keys that may change live: Kafka's replication throttle rates, and the ``log.*`` topic defaults
+that exist here (``LOG_KEYS``: retention, segment size and roll time, flush intervals,
+message.max.bytes, ...), applied to open logs whose topics do not override them. Any other key is
+static: INVALID_REQUEST "Cannot update these configs dynamically: ..."; a bad value is INVALID_CONFIG.
 """
 import asyncio
 import json
 import logging
+import os
 
 from pybroker.controller import zk as zkpaths
 from pybroker.errors import BrokerError
+from pybroker.log.config import BROKER_NAMES, LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +30,9 @@ DYNAMIC = {  # key -> default
     "replica.alter.log.dirs.io.max.bytes.per.second": LONG_MAX,
 }
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs sources
+# the broker-level log defaults Kafka lets you change live and that exist here
+LOG_KEYS = frozenset(BROKER_NAMES.values()) | {"log.retention.minutes", "log.retention.hours"}
+LOCAL_FILE = "dynamic-broker-configs.json"
 
 
 class InvalidBrokerConfigError(BrokerError):
@@ -32,18 +43,24 @@ class StaticBrokerConfigError(BrokerError):
     code = 42  # INVALID_REQUEST, as Kafka answers a key it cannot change live
 
 
-def validate(changes: dict) -> None:
-    static = sorted(k for k in changes if k not in DYNAMIC)
+def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | None = None) -> None:
+    """``changes``: {key: value or None}; ``merged_log``: the log keys as they would be afterwards."""
+    static = sorted(k for k in changes if k not in DYNAMIC and k not in LOG_KEYS)
     if static:
         raise StaticBrokerConfigError(f"Cannot update these configs dynamically: {', '.join(static)}")
     for key, value in changes.items():
-        if value is None:
+        if value is None or key in LOG_KEYS:
             continue
         try:
             if int(value) < 0:
                 raise ValueError
         except ValueError:
             raise InvalidBrokerConfigError(f"{key} must be a non-negative integer, got {value!r}") from None
+    if merged_log:
+        try:
+            LogConfig.from_properties(merged_log, base=base)
+        except (ValueError, TypeError) as exc:
+            raise InvalidBrokerConfigError(f"Invalid config value: {exc}") from None
 
 
 class DynamicBrokerConfigs:
@@ -78,9 +95,27 @@ class DynamicBrokerConfigs:
             self.broker.apply_dynamic_configs(self.effective())
 
     def effective(self) -> dict:
-        """{key: int value} for every dynamic key: this broker's, else the default's, else Kafka's default."""
+        """{key: int value} for every dynamic key: this broker's, else the default's, else Kafka's
+        default; and under "log" the dynamic log defaults {key: value} (the broker's over the default's)."""
         mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
-        return {k: int(mine.get(k, default.get(k, d))) for k, d in DYNAMIC.items()}
+        out = {k: int(mine.get(k, default.get(k, d))) for k, d in DYNAMIC.items()}
+        out["log"] = {k: v for k, v in {**default, **mine}.items() if k in LOG_KEYS}
+        return out
+
+    def describe_log(self) -> dict:
+        """{log key: [(value, source)] most specific first} for the dynamic log defaults that are set."""
+        mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
+        out = {}
+        for key in sorted(LOG_KEYS & (set(mine) | set(default))):
+            out[key] = ([(mine[key], DYNAMIC_BROKER_CONFIG)] if key in mine else []) + \
+                       ([(default[key], DYNAMIC_DEFAULT_BROKER_CONFIG)] if key in default else [])
+        return out
+
+    async def _load(self, entity: str) -> dict:
+        return dict(await asyncio.to_thread(self.zk.broker_configs, entity))
+
+    async def _store(self, entity: str, configs: dict) -> None:
+        await asyncio.to_thread(self.zk.set_broker_configs, entity, configs)
 
     def describe(self) -> dict:
         """{key: (value, source or None when at Kafka's default)} for DescribeConfigs."""
@@ -99,14 +134,56 @@ class DynamicBrokerConfigs:
         """``changes``: {key: value or None (back to the default)}; ``name`` "" is the cluster default."""
         validate(changes)
         entity = name or zkpaths.DEFAULT_BROKER
-        current = {} if replace_all else dict(await asyncio.to_thread(self.zk.broker_configs, entity))
+        current = {} if replace_all else await self._load(entity)
         for key, value in changes.items():
             if value is None:
                 current.pop(key, None)
             else:
-                current[key] = str(int(value))
+                current[key] = str(value).strip() if key in LOG_KEYS else str(int(value))
+        others = [c for e, c in self.entities.items() if e != entity]
+        merged = {k: v for c in others + [current] for k, v in c.items() if k in LOG_KEYS}
+        validate({}, merged, self.static_log)
         if validate_only:
             return
-        await asyncio.to_thread(self.zk.set_broker_configs, entity, current)
+        await self._store(entity, current)
         if entity in self.entities:
             self._set(entity, current)
+
+    @property
+    def static_log(self) -> LogConfig:
+        return getattr(self.broker, "static_log_config", None) or self.broker.config.log
+
+
+class LocalDynamicBrokerConfigs(DynamicBrokerConfigs):
+    """A single node's dynamic broker configs: ``dynamic-broker-configs.json`` in the first log dir,
+    ``{"format": 1, "brokers": {"<default>": {key: value}, "<id>": {...}}}``, rewritten atomically."""
+
+    def __init__(self, broker, log_dir: str):
+        super().__init__(broker, None)
+        self.path = os.path.join(log_dir, LOCAL_FILE)
+
+    def _read(self) -> dict:
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path) as f:
+            return {e: dict(c) for e, c in json.load(f).get("brokers", {}).items()}
+
+    def load(self) -> None:
+        """At start, before the partitions open: read the file and apply it."""
+        for entity, configs in self._read().items():
+            if entity in self.entities:
+                self.entities[entity] = configs
+        self.broker.apply_dynamic_configs(self.effective())
+
+    async def startup(self) -> None:
+        self.loop = asyncio.get_running_loop()
+
+    async def _load(self, entity: str) -> dict:
+        return dict(self.entities.get(entity) or self._read().get(entity, {}))
+
+    async def _store(self, entity: str, configs: dict) -> None:
+        from pybroker.quota.store import write_json_atomically
+        data = self._read()
+        data[entity] = configs
+        await asyncio.to_thread(write_json_atomically, self.path,
+                                {"format": 1, "brokers": {e: c for e, c in data.items() if c}})

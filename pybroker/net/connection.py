@@ -98,6 +98,10 @@ class Connection:
         self._want_write = False  # writer registered: the socket was full
         self._resume_scheduled = False
         self._idle_handle = None
+        self._muted = False  # throttled by a client quota: not read until the throttle time passes
+        self._unmute_handle = None
+        self._on_written = getattr(server, "on_response_written", None)  # metrics; None: off
+        self.timings = deque() if self._on_written is not None else None  # the metrics' request records
 
     def __repr__(self) -> str:
         return f"Connection(id={self.id} peer={self.peer[0]}:{self.peer[1]})"
@@ -132,6 +136,9 @@ class Connection:
         if self._idle_handle is not None:
             self._idle_handle.cancel()
             self._idle_handle = None
+        if self._unmute_handle is not None:
+            self._unmute_handle.cancel()
+            self._unmute_handle = None
         for slot in self._slots:
             fut = slot.future
             if fut is not None and not fut.done():
@@ -236,7 +243,7 @@ class Connection:
         """Dispatch every complete frame in the receive buffer (until paused or draining)."""
         buf, view = self._rbuf, self._rview
         start, end = self._rstart, self._rend
-        while not (self._paused or self._draining or self.closed):
+        while not (self._paused or self._muted or self._draining or self.closed):
             frame = self._frame
             if frame is None:
                 if end - start < SIZE_BYTES:
@@ -386,6 +393,8 @@ class Connection:
                 self.in_flight -= 1
                 self.held_bytes -= head
                 finished = True
+                if self._on_written is not None:
+                    self._on_written(self)
                 continue
             if kind is SliceCursor:
                 try:
@@ -431,6 +440,8 @@ class Connection:
                     self.in_flight -= 1
                     self.held_bytes -= entry
                     finished = True
+                    if self._on_written is not None:
+                        self._on_written(self)
                     continue
                 size = entry.nbytes
                 if sent >= size:
@@ -476,6 +487,38 @@ class Connection:
         self._parse()
         if self.closed:
             return
-        if not (self._paused or self._eof or self._draining):
+        if not (self._paused or self._muted or self._eof or self._draining):
+            self._start_reading()
+        self._flush()
+
+    # ---- quota throttling (KIP-219) ---------------------------------------------------------
+
+    @property
+    def muted(self) -> bool:
+        return self._muted
+
+    def mute(self, ms: int) -> None:
+        """Stop reading requests for ``ms`` (a throttled response goes out at once; the client
+        waits before its next request, and a client that does not is simply not read)."""
+        if self.closed or ms <= 0:
+            return
+        self._muted = True
+        self._stop_reading()
+        due = self._loop.time() + ms / 1000
+        if self._unmute_handle is not None:
+            if self._unmute_handle.when() >= due:
+                return
+            self._unmute_handle.cancel()
+        self._unmute_handle = self._loop.call_at(due, self._unmute)
+
+    def _unmute(self) -> None:
+        self._unmute_handle = None
+        if self.closed or not self._muted:
+            return
+        self._muted = False
+        self._parse()
+        if self.closed:
+            return
+        if not (self._paused or self._muted or self._eof or self._draining):
             self._start_reading()
         self._flush()

@@ -95,6 +95,7 @@ class Server:
         self._all_closed = None  # a future set when the last connection closes during stop
         self._signal_task = None
         self._accepting = False
+        self.on_response_written = None  # fn(conn) per response written, in request order (metrics)
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -189,6 +189,28 @@ def add_commands(sub) -> None:
                    help="broker i listens on 127.0.0.1:PORT+i-1 (default 9092)")
     p.set_defaults(func=_runner("dev_cluster"))
     _add_mirror(sub)
+    _add_configs(sub)
+
+
+def _add_configs(sub) -> None:
+    p = sub.add_parser("configs", help="describe and alter dynamic topic/broker configs and client quotas "
+                                       "(kafka-configs)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--entity-type", action="append", required=True,
+                   choices=["topics", "brokers", "clients", "users", "broker-loggers"],
+                   help="topics, brokers, clients or users; users and clients may be given together")
+    p.add_argument("--entity-name", action="append", default=[], help="the entity's name (in --entity-type order)")
+    p.add_argument("--entity-default", action="store_true",
+                   help="the default entity (brokers: every broker; clients/users: the default quota)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="show the entity's dynamic configs / quotas")
+    action.add_argument("--alter", action="store_true", help="change configs (--add-config, --delete-config)")
+    p.add_argument("--add-config", default="", metavar="K=V[,K2=V2]", help="configs to set, comma-separated "
+                   "(a value with commas in square brackets: k=[a,b])")
+    p.add_argument("--delete-config", default="", metavar="K[,K2]", help="configs to remove, comma-separated")
+    p.add_argument("--all", action="store_true", help="describe: every config, not only the dynamic ones")
+    p.add_argument("--command-timeout-ms", type=int, default=30000, metavar="MS")
+    p.set_defaults(func=_runner("configs"))
 
 
 def _add_mirror(sub) -> None:

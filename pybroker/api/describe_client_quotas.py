@@ -1,0 +1,23 @@
+"""DescribeClientQuotas: the stored quotas of the user / client-id entities matching a filter
+(exact name, default, or any name per entity type; ``strict`` excludes entities with other types)."""
+from pybroker.errors import BrokerError
+from pybroker.protocol.messages import RESPONSES
+
+API_KEY = 48
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    try:
+        found = ctx.broker.quotas.describe([(c.entity_type, c.match_type, c.match) for c in request.components],
+                                           request.strict)
+    except BrokerError as exc:
+        return Response(throttle_time_ms=0, error_code=exc.code, error_message=str(exc), entries=None)
+    entries = [Response.EntryData(
+        entity=[Response.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+        values=[Response.ValueData(key=k, value=float(v)) for k, v in sorted(values.items())])
+        for entity, values in found]
+    return Response(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
