@@ -256,6 +256,7 @@ class Broker:
         self.replicas.leader_quota.rate = values["leader.replication.throttled.rate"]
         if self.replicas.fetchers is not None:
             self.replicas.fetchers.follower_quota.rate = values["follower.replication.throttled.rate"]
+            self.replicas.fetchers.resize(values["num.replica.fetchers"])
         self._apply_log_defaults(values.get("log", {}))
 
     def _apply_log_defaults(self, overrides: dict) -> None:

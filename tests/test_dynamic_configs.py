@@ -153,3 +153,31 @@ def test_cluster_dynamic_configs_and_quotas_live_in_zookeeper(cluster3):
     assert describe_quotas(p2) == {(("client-id", "limited"),): {"producer_byte_rate": 1 << 20}}
     assert alter_quotas(p2, {"client-id": "limited"}, {"producer_byte_rate": None})[0].error_code == 0
     wait(lambda: describe_quotas(p1) == {}, "broker 1 to see the quota removed")
+
+
+def test_num_replica_fetchers_changes_live_and_replication_goes_on(cluster3):
+    """num.replica.fetchers on broker 2: its followed partitions move to the new fetchers, and an
+    acks=all producer keeps a full ISR (every follower keeps fetching)."""
+    from tests.test_replication import create_topic as create_replicated, wait_full_isr
+    topic = create_replicated(cluster3, "fetchers", partitions=6, rf=3)
+    wait_full_isr(cluster3, topic, 6)  # broker 2 follows (or leads) every partition
+    p2 = cluster3.broker(2).port
+    assert inc_alter(p2, "2", {"num.replica.fetchers": "3"}) == (0, None)
+    assert describe(p2, "2", ["num.replica.fetchers"])["num.replica.fetchers"][:3] == ("3", DYNAMIC_BROKER, False)
+    deadline = time.monotonic() + DEADLINE
+    while "num.replica.fetchers: 1 -> 3" not in cluster3.broker(2).stderr():
+        assert time.monotonic() < deadline, "broker 2 never resized its fetchers"
+        time.sleep(0.1)
+    p = Producer({"bootstrap.servers": cluster3.bootstrap, "acks": "all"})
+    for i in range(600):
+        p.produce(topic, b"x%d" % i, partition=i % 6)
+    assert p.flush(DEADLINE) == 0
+    from tests.replication_checks import replica_batches
+
+    def copied(part):  # broker 2's own copy of the partition holds all 100 records
+        batches = replica_batches(cluster3.broker(2).data_dir, topic, part, 10**9)
+        return batches and batches[-1][1] + 1 == 100
+    while not all(copied(part) for part in range(6)):
+        assert time.monotonic() < deadline + DEADLINE, "broker 2 stopped copying after the resize"
+        time.sleep(0.1)
+    assert inc_alter(p2, "2", {"num.replica.fetchers": "0"})[0] == INVALID_CONFIG

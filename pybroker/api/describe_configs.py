@@ -23,11 +23,11 @@ def handle(ctx, request):
                 rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, not overridden)
                         for k, v, overridden in ctx.broker.controller.topic_configs(res.resource_name)]
             elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.broker.node_id)):
+                live = ctx.broker.dynamic_configs.describe() if ctx.broker.dynamic_configs is not None else {}
                 rows = [(k, v, DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG, True)
-                        for k, (v, is_default) in sorted(ctx.broker.config.describe().items())]
-                if ctx.broker.dynamic_configs is not None:  # the keys a broker may change live
-                    rows += [(k, v, source or DEFAULT_CONFIG, False)
-                             for k, (v, source) in sorted(ctx.broker.dynamic_configs.describe().items())]
+                        for k, (v, is_default) in sorted(ctx.broker.config.describe().items()) if k not in live]
+                if live:  # the keys a broker may change live
+                    rows += [(k, v, source or DEFAULT_CONFIG, False) for k, (v, source) in sorted(live.items())]
                     rows, synonyms = _dynamic_log_rows(ctx.broker, rows)
             else:
                 raise BrokerError(f"cannot describe resource type {res.resource_type} {res.resource_name!r}")

@@ -28,7 +28,9 @@ DYNAMIC = {  # key -> default
     "follower.replication.throttled.rate": LONG_MAX,
     # kept and shown, but inert: no replica moves between log dirs here (Kafka's tools clear it with the others)
     "replica.alter.log.dirs.io.max.bytes.per.second": LONG_MAX,
+    "num.replica.fetchers": None,  # None: the static config's value
 }
+AT_LEAST_ONE = ("num.replica.fetchers",)
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs sources
 # the broker-level log defaults Kafka lets you change live and that exist here
 LOG_KEYS = frozenset(BROKER_NAMES.values()) | {"log.retention.minutes", "log.retention.hours"}
@@ -51,11 +53,12 @@ def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | No
     for key, value in changes.items():
         if value is None or key in LOG_KEYS:
             continue
+        least = 1 if key in AT_LEAST_ONE else 0
         try:
-            if int(value) < 0:
+            if int(value) < least:
                 raise ValueError
         except ValueError:
-            raise InvalidBrokerConfigError(f"{key} must be a non-negative integer, got {value!r}") from None
+            raise InvalidBrokerConfigError(f"{key} must be an integer of at least {least}, got {value!r}") from None
     if merged_log:
         try:
             LogConfig.from_properties(merged_log, base=base)
@@ -98,9 +101,13 @@ class DynamicBrokerConfigs:
         """{key: int value} for every dynamic key: this broker's, else the default's, else Kafka's
         default; and under "log" the dynamic log defaults {key: value} (the broker's over the default's)."""
         mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
-        out = {k: int(mine.get(k, default.get(k, d))) for k, d in DYNAMIC.items()}
+        out = {k: int(mine.get(k, default.get(k, self._default(k)))) for k in DYNAMIC}
         out["log"] = {k: v for k, v in {**default, **mine}.items() if k in LOG_KEYS}
         return out
+
+    def _default(self, key: str) -> int:
+        d = DYNAMIC[key]
+        return getattr(self.broker.config, key.replace(".", "_")) if d is None else d
 
     def describe_log(self) -> dict:
         """{log key: [(value, source)] most specific first} for the dynamic log defaults that are set."""
@@ -121,7 +128,8 @@ class DynamicBrokerConfigs:
         """{key: (value, source or None when at Kafka's default)} for DescribeConfigs."""
         mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
         out = {}
-        for key, d in DYNAMIC.items():
+        for key in DYNAMIC:
+            d = self._default(key)
             if key in mine:
                 out[key] = (mine[key], DYNAMIC_BROKER_CONFIG)
             elif key in default:

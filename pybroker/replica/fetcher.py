@@ -218,6 +218,7 @@ class ReplicaFetcherManager:
         self.node_id = node_id
         self.config = config
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.num_fetchers = config.num_replica_fetchers  # changeable live (DynamicBrokerConfigs)
         self.follower_quota = ReplicationQuota(samples=config.replication_quota_window_num,
                                                sample_s=config.replication_quota_window_size_seconds)
 
@@ -227,7 +228,21 @@ class ReplicaFetcherManager:
                 and is_throttled(p.log.config.follower_replication_throttled_replicas, p.index, self.node_id))
 
     def _slot(self, key) -> int:
-        return hash(key) % self.config.num_replica_fetchers
+        return hash(key) % self.num_fetchers
+
+    def resize(self, count: int) -> None:
+        """num.replica.fetchers changed live: the followed partitions are spread over new fetchers
+        (each truncates by leader epoch again, which changes nothing when already in step)."""
+        if count == self.num_fetchers:
+            return
+        log.info("num.replica.fetchers: %d -> %d", self.num_fetchers, count)
+        self.num_fetchers = count
+        following = [(p, f.leader_id, f.address) for f in self.fetchers.values() for p in f.partitions.values()]
+        loop = asyncio.get_running_loop()
+        for fetcher in self.fetchers.values():
+            loop.create_task(fetcher.stop())
+        self.fetchers = {}
+        self.add([p for p, _, _ in following], {leader: address for _, leader, address in following})
 
     def add(self, partitions, leaders: dict) -> None:
         self.remove([(p.topic, p.index) for p in partitions])
