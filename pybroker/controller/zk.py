@@ -154,7 +154,10 @@ class ZkClient:
                 self.kazoo.create(path, body, ephemeral=True)
                 break
             except NodeExistsError:
-                data, stat = self.kazoo.get(path)
+                try:
+                    data, stat = self.kazoo.get(path)
+                except NoNodeError:
+                    continue  # the old session expired just now: create it again
                 if stat.ephemeralOwner == self.session_id:
                     break
                 if time.monotonic() > end:

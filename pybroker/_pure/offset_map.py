@@ -1,0 +1,206 @@
+"""The log cleaner's key -> last offset map (pure twin of native/offset_map.pyx).
+
+pybroker/contracts/offset_map.py gives the table layout, the rules and the errors. This twin keeps
+the same 24-byte slots in a bytearray, so it honours the same memory bound and fills the same
+slots; it is the reference the native module is tested against, not a fast path.
+"""
+import operator
+import struct
+
+from xxhash import xxh3_128_intdigest
+
+from pybroker.compression import decompress
+from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, ENTRY_SIZE, FillResult
+from pybroker.errors import CorruptRecordError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+ATTR_CONTROL = 0x20
+INT64_MAX = (1 << 63) - 1
+M64 = (1 << 64) - 1
+
+_SLOT = struct.Struct("=QQq")
+_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+_I64 = struct.Struct(">q")
+_FIELDS = struct.Struct(">bIhi")  # magic @16, crc @17, attributes @21, lastOffsetDelta @23
+_COUNT = struct.Struct(">i")  # recordCount @57
+_EMPTY = b"\xff" * ENTRY_SIZE
+
+
+class _RecordError(Exception):
+    """A record-level failure; add_batches turns it into CorruptRecordError."""
+
+
+def _varint(p, pos: int, end: int, i: int) -> tuple[int, int]:
+    z = shift = 0
+    for _ in range(10):
+        if pos >= end:
+            raise _RecordError(f"record {i}: truncated varint")
+        b = p[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if not b & 0x80:
+            z &= M64
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+    raise _RecordError(f"record {i}: varint longer than 10 bytes")
+
+
+def _offset(value) -> int:
+    value = operator.index(value)
+    if not -(1 << 63) <= value <= INT64_MAX:
+        raise OverflowError("offset out of int64 range")
+    return value
+
+
+class OffsetMap:
+    def __init__(self, memory_bytes: int, load_factor: float = DEFAULT_LOAD_FACTOR):
+        memory_bytes = operator.index(memory_bytes)
+        load_factor = float(load_factor)
+        if not 0.0 < load_factor <= 1.0:
+            raise ValueError(f"load factor must be in (0, 1], not {load_factor}")
+        capacity = max(memory_bytes, 0) // ENTRY_SIZE
+        limit = min(int(capacity * load_factor), capacity - 1)
+        if limit < 1:
+            raise ValueError(f"{memory_bytes} bytes cannot hold a key at load factor {load_factor}")
+        self._capacity = capacity
+        self._limit = limit
+        self._slots = bytearray(_EMPTY) * capacity
+        self._size = 0
+        self._latest = -1
+
+    capacity = property(lambda self: self._capacity)
+    limit = property(lambda self: self._limit)
+    size = property(lambda self: self._size)
+    full = property(lambda self: self._size >= self._limit)
+    latest_offset = property(lambda self: self._latest)
+    memory_bytes = property(lambda self: self._capacity * ENTRY_SIZE)
+
+    def _find(self, key) -> tuple[int, int, int, int]:
+        """(slot position, stored offset or -1, lo, hi) of key's slot or of the empty slot it would take."""
+        h = xxh3_128_intdigest(key)
+        lo, hi = h & M64, h >> 64
+        cap, slots = self._capacity, self._slots
+        i = (hi * cap) >> 64
+        while True:
+            pos = i * ENTRY_SIZE
+            s_lo, s_hi, off = _SLOT.unpack_from(slots, pos)
+            if off == -1 or (s_lo == lo and s_hi == hi):
+                return pos, off, lo, hi
+            i = i + 1 if i + 1 < cap else 0
+
+    def _put(self, key, offset: int) -> bool:
+        pos, old, lo, hi = self._find(key)
+        if old == -1:
+            if self._size >= self._limit:
+                return False
+            self._size += 1
+        if offset > old:
+            _SLOT.pack_into(self._slots, pos, lo, hi, offset)
+        return True
+
+    def put(self, key, offset) -> bool:
+        offset = _offset(offset)
+        if offset < 0:
+            raise ValueError(f"negative offset {offset}")
+        key = memoryview(key)  # TypeError for what is not bytes-like, as in the native twin
+        if not self._put(key, offset):
+            return False
+        if offset > self._latest:
+            self._latest = offset
+        return True
+
+    def get(self, key) -> int:
+        return self._find(memoryview(key))[1]
+
+    def clear(self) -> None:
+        self._slots[:] = _EMPTY * self._capacity
+        self._size = 0
+        self._latest = -1
+
+    def add_batches(self, buf, start_offset, stop_offset) -> FillResult:
+        start, stop = _offset(start_offset), _offset(stop_offset)
+        if start < 0 or start > stop:
+            raise ValueError(f"bad offset range [{start}, {stop})")
+        view = memoryview(buf).cast("B")
+        n, pos, covered = len(view), 0, start
+        result = None
+        try:
+            while pos < n:
+                base = _I64.unpack_from(view, pos)[0] if n - pos >= 8 else -1
+                if n - pos < LOG_OVERHEAD:
+                    raise CorruptRecordError(f"truncated batch: {LOG_OVERHEAD} bytes needed, {n - pos} left",
+                                             base, pos)
+                length = _HEAD.unpack_from(view, pos)[1]
+                if length < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(f"batch length {length} is smaller than {MIN_BATCH_LENGTH}", base, pos)
+                if n - pos - LOG_OVERHEAD < length:
+                    raise CorruptRecordError(
+                        f"truncated batch: {length + LOG_OVERHEAD} bytes needed, {n - pos} left", base, pos)
+                magic, _, attributes, lod = _FIELDS.unpack_from(view, pos + 16)
+                count = _COUNT.unpack_from(view, pos + 57)[0]
+                if magic != 2:
+                    raise CorruptRecordError(f"unsupported magic {magic}", base, pos)
+                codec = attributes & 7
+                if codec > 4:
+                    raise CorruptRecordError(f"unknown compression codec {codec}", base, pos)
+                if lod < 0:
+                    raise CorruptRecordError(f"negative last offset delta {lod}", base, pos)
+                if count < 0:
+                    raise CorruptRecordError(f"negative record count {count}", base, pos)
+                if base < 0 or base > INT64_MAX - lod:
+                    raise CorruptRecordError(f"base offset {base} out of range", base, pos)
+                if base >= stop:
+                    break
+                end = pos + LOG_OVERHEAD + length
+                last = base + lod
+                if last >= start and not attributes & ATTR_CONTROL:
+                    section = view[pos + HEADER_SIZE:end]
+                    if codec:
+                        try:
+                            section = decompress(codec, section)
+                        except Exception as exc:
+                            raise CorruptRecordError(f"decompression failed: {exc}", base, pos) from None
+                    try:
+                        stopped = self._add_records(section, base, lod, count, start, stop)
+                    except _RecordError as exc:
+                        raise CorruptRecordError(str(exc), base, pos) from None
+                    if stopped >= 0:
+                        result = FillResult(stopped, True)
+                        break
+                if last + 1 > covered:
+                    covered = last + 1
+                pos = end
+        finally:
+            view.release()
+        if result is None:
+            result = FillResult(min(stop, covered), False)
+        if result.next_offset - 1 > self._latest:
+            self._latest = result.next_offset - 1
+        return result
+
+    def _add_records(self, p, base: int, lod: int, count: int, start: int, stop: int) -> int:
+        """Put one batch's keyed records in range; the offset of the record that did not fit, else -1."""
+        n, pos = len(p), 0
+        for i in range(count):
+            length, pos = _varint(p, pos, n, i)
+            if length < 1 or length > n - pos:
+                raise _RecordError(f"record {i}: length {length} out of range")
+            rec_end = pos + length
+            pos += 1  # record attributes
+            _, pos = _varint(p, pos, rec_end, i)  # timestamp delta
+            delta, pos = _varint(p, pos, rec_end, i)
+            if delta < 0 or delta > lod:
+                raise _RecordError(f"record {i}: offset delta {delta} outside the batch (last offset delta {lod})")
+            klen, pos = _varint(p, pos, rec_end, i)
+            if klen < -1 or klen > rec_end - pos:
+                raise _RecordError(f"record {i}: key length {klen} out of range")
+            offset = base + delta
+            if klen >= 0 and start <= offset < stop:
+                if not self._put(p[pos:pos + klen], offset):
+                    return offset
+            pos = rec_end
+        if pos != n:
+            raise _RecordError(f"{n - pos} bytes after the last of {count} records")
+        return -1
