@@ -4,21 +4,20 @@
 acks=0), or a ``Parts`` list already encoded (zero-copy Fetch). ApiVersions advertises
 exactly this table.
 """
-from pybroker.api import (alter_configs, alter_partition_reassignments, api_versions, controlled_shutdown,
-                          create_partitions, create_topics, delete_groups, delete_records, delete_topics,
-                          describe_cluster, describe_configs, describe_groups, describe_log_dirs, describe_producers,
-                          elect_leaders, fetch, find_coordinator, heartbeat, incremental_alter_configs,
-                          init_producer_id, join_group, leader_and_isr, leave_group, list_groups, list_offsets,
-                          list_partition_reassignments, metadata, offset_commit, offset_fetch,
-                          offset_for_leader_epoch, produce, stop_replica, sync_group, update_metadata)
+from pybroker.api import (alter_client_quotas, alter_configs, alter_partition_reassignments, api_versions,
+                          controlled_shutdown, create_partitions, create_topics, delete_groups, delete_records,
+                          delete_topics, describe_client_quotas, describe_cluster, describe_configs, describe_groups,
+                          describe_log_dirs, describe_producers, describe_topic_partitions, elect_leaders, fetch,
+                          find_coordinator, heartbeat, incremental_alter_configs, init_producer_id, join_group,
+                          leader_and_isr, leave_group, list_groups, list_offsets, list_partition_reassignments,
+                          metadata, offset_commit, offset_fetch, offset_for_leader_epoch, produce, stop_replica,
+                          sync_group, update_metadata)
 
-MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_versions, create_topics, delete_topics, delete_records, init_producer_id,
-           describe_configs, create_partitions, find_coordinator, join_group, sync_group, heartbeat, leave_group,
-           offset_commit, offset_fetch, list_groups, describe_groups, delete_groups, alter_configs,
-           incremental_alter_configs, leader_and_isr, update_metadata, stop_replica, controlled_shutdown,
-           elect_leaders, describe_log_dirs, describe_cluster, describe_producers, alter_partition_reassignments,
-           list_partition_reassignments)
-from pybroker.api import alter_client_quotas, describe_client_quotas  # noqa: E402  (client quotas)
-
-MODULES += (describe_client_quotas, alter_client_quotas)
+MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_versions, create_topics,
+           delete_topics, delete_records, init_producer_id, describe_configs, create_partitions, find_coordinator,
+           join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, list_groups, describe_groups,
+           delete_groups, alter_configs, incremental_alter_configs, leader_and_isr, update_metadata, stop_replica,
+           controlled_shutdown, elect_leaders, describe_log_dirs, describe_cluster, describe_producers,
+           alter_partition_reassignments, list_partition_reassignments, describe_client_quotas, alter_client_quotas,
+           describe_topic_partitions)
 TABLE = {m.API_KEY: m for m in MODULES}
