@@ -15,6 +15,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
+from varint cimport VARINT_OK, VARINT_TRUNCATED, read_zigzag
 
 from pybroker.compression import compress, decompress
 from pybroker.errors import CorruptRecordError
@@ -546,27 +547,11 @@ cdef struct Rec:
 
 
 cdef inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) noexcept nogil:
-    cdef Py_ssize_t i = pos[0]
-    cdef uint64_t z = 0
-    cdef int shift = 0, k
-    cdef uint8_t b
-    if i < end and p[i] < 0x80:  # one-byte varints are the common case
-        z = p[i]
-        pos[0] = i + 1
-        out[0] = <int64_t>((z >> 1) ^ (0 - (z & 1)))
+    """R_OK or this module's varint error (native/varint.pxd reads it)."""
+    cdef int e = read_zigzag(p, pos, end, out)
+    if e == VARINT_OK:
         return R_OK
-    for k in range(10):
-        if i >= end:
-            return R_VARINT_TRUNCATED
-        b = p[i]
-        i += 1
-        z |= <uint64_t>(b & 0x7F) << shift
-        if not b & 0x80:
-            pos[0] = i
-            out[0] = <int64_t>((z >> 1) ^ (0 - (z & 1)))
-            return R_OK
-        shift += 7
-    return R_VARINT_LONG
+    return R_VARINT_TRUNCATED if e == VARINT_TRUNCATED else R_VARINT_LONG
 
 
 cdef int parse_record(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Rec *r) noexcept nogil:

@@ -12,6 +12,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+from varint cimport VARINT_OK, VARINT_TRUNCATED, read_zigzag
 
 from pybroker.compression import decompress
 from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, FillResult
@@ -151,28 +152,11 @@ cdef inline int flush(Table *t, Pending *pend, int np, int64_t *stopped) noexcep
 
 
 cdef inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) noexcept nogil:
-    """0, or the error kind."""
-    cdef Py_ssize_t i = pos[0]
-    cdef uint64_t z = 0
-    cdef int shift = 0, k
-    cdef uint8_t b
-    if i < end and p[i] < 0x80:  # one-byte varints are the common case
-        z = p[i]
-        pos[0] = i + 1
-        out[0] = <int64_t>((z >> 1) ^ (0 - (z & 1)))
+    """0 or this module's varint error (native/varint.pxd reads it)."""
+    cdef int e = read_zigzag(p, pos, end, out)
+    if e == VARINT_OK:
         return 0
-    for k in range(10):
-        if i >= end:
-            return E_VARINT_TRUNCATED
-        b = p[i]
-        i += 1
-        z |= <uint64_t>(b & 0x7F) << shift
-        if not b & 0x80:
-            pos[0] = i
-            out[0] = <int64_t>((z >> 1) ^ (0 - (z & 1)))
-            return 0
-        shift += 7
-    return E_VARINT_LONG
+    return E_VARINT_TRUNCATED if e == VARINT_TRUNCATED else E_VARINT_LONG
 
 
 cdef int add_section(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:

@@ -71,14 +71,8 @@ class EmbeddedCluster:
         if zk is None:
             zk = self._own_zk = ZooKeeperServer(os.path.join(self._workdir, "zookeeper")).start()
         self.zk_connect = zk.connect if isinstance(zk, ZooKeeperServer) else str(zk)
-        from kazoo.client import KazooClient
-        root = KazooClient(hosts=self.zk_connect, timeout=10.0)
-        root.start(timeout=30)
-        try:
-            root.ensure_path(self.chroot)
-        finally:
-            root.stop()
-            root.close()
+        from pybroker.controller.zk import ensure_chroot
+        ensure_chroot(self.zk_connect, self.chroot, 30)
 
     @staticmethod
     def _parallel(fn, brokers) -> None:

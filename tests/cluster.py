@@ -188,14 +188,8 @@ class Cluster:
         return self._client
 
     def _create_chroot(self) -> None:
-        from kazoo.client import KazooClient
-        root = KazooClient(hosts=self.zk_connect, timeout=10.0)
-        root.start(timeout=30)
-        try:
-            root.ensure_path(self.chroot)
-        finally:
-            root.stop()
-            root.close()
+        from pybroker.controller.zk import ensure_chroot
+        ensure_chroot(self.zk_connect, self.chroot, 30)
 
     def _get(self, path: str) -> bytes | None:
         from kazoo.exceptions import NoNodeError

@@ -90,6 +90,17 @@ def decode_state(data: bytes, version: int) -> LeaderIsr:
                      int(o["controller_epoch"]), version)
 
 
+def ensure_chroot(hosts: str, chroot: str, timeout_s: float) -> None:
+    """Create ``chroot`` (a path) on the ZooKeeper at ``hosts`` if it is missing."""
+    root = KazooClient(hosts=hosts, timeout=timeout_s)
+    root.start(timeout=timeout_s)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+
+
 def parse_endpoint(text: str) -> tuple[str, str, int]:
     name, _, rest = text.partition("://")
     host, _, port = rest.rpartition(":")
@@ -110,13 +121,7 @@ class ZkClient:
     def start(self, timeout_s: float) -> None:
         """Connect (raises on timeout) and create the chroot and Kafka's persistent paths."""
         if self.chroot:
-            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
-            root.start(timeout=timeout_s)
-            try:
-                root.ensure_path(self.chroot)
-            finally:
-                root.stop()
-                root.close()
+            ensure_chroot(self.hosts, self.chroot, timeout_s)
         self.kazoo.start(timeout=timeout_s)
         for path in PERSISTENT:
             self.kazoo.ensure_path(path)

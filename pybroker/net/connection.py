@@ -484,6 +484,10 @@ class Connection:
         if self.closed or not self._paused:
             return
         self._paused = False
+        self._read_again()
+
+    def _read_again(self) -> None:
+        """After a pause or a mute: dispatch what is buffered, then read the socket unless held again."""
         self._parse()
         if self.closed:
             return
@@ -516,9 +520,4 @@ class Connection:
         if self.closed or not self._muted:
             return
         self._muted = False
-        self._parse()
-        if self.closed:
-            return
-        if not (self._paused or self._muted or self._eof or self._draining):
-            self._start_reading()
-        self._flush()
+        self._read_again()
