@@ -12,6 +12,11 @@ class RequestContext:
     def version(self) -> int:
         return self.header.request_api_version
 
+    @property
+    def session(self):
+        """The connection's pybroker.security.session.Session (listener, principal, client host)."""
+        return self.connection.session
+
 
 class Parts(list):
     """An encoded response body as buffers and file slices, sent in order without copying."""

@@ -34,6 +34,7 @@ import socket
 from collections import deque
 
 from pybroker.net.framing import SIZE, SIZE_BYTES, SliceCursor, encode_response, frame_size_error
+from pybroker.security.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Connection:
         except OSError:
             self.peer = ("?", 0)
         self.local = tuple(sock.getsockname()[:2])
+        self.session = Session(server.listener_name, getattr(server, "security_protocol", "PLAINTEXT"), self.peer[0])
         self.closed = False
         self.in_flight = 0
         self.held_bytes = 0

@@ -1,0 +1,1 @@
+"""Security: TLS transport, SASL authentication, principals and ACL authorization."""
