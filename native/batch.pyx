@@ -47,6 +47,8 @@ cdef enum Err:
     E_CODEC
     E_CONTROL
     E_GAP
+    E_GAP_BACK
+    E_BEYOND
     E_NO_MEMORY
 
 cdef struct Header:
@@ -124,9 +126,11 @@ cdef int _check_header(const uint8_t *p, int64_t rem, Header *h, Fault *f) noexc
     return f.code
 
 
-cdef int _check_body(const uint8_t *p, int64_t rem, bint allow_control, const Header *h,
+cdef int _check_body(const uint8_t *p, int64_t rem, bint allow_control, bint compacted, const Header *h,
                      Fault *f) noexcept nogil:
-    """The rest of validate, in order, for a header that passed _check_header."""
+    """The rest of validate, in order, for a header that passed _check_header.
+
+    ``compacted``: the log cleaner may have removed records, so count <= lastOffsetDelta + 1."""
     cdef int64_t size = <int64_t>h.batch_length + LOG_OVERHEAD
     cdef int64_t delta = h.last_offset_delta
     cdef uint32_t computed
@@ -143,7 +147,7 @@ cdef int _check_body(const uint8_t *p, int64_t rem, bint allow_control, const He
     if h.record_count < 0:
         f.code, f.a = E_COUNT_NEGATIVE, h.record_count
         return f.code
-    if delta + 1 != h.record_count:
+    if delta + 1 != h.record_count and not (compacted and h.record_count <= delta + 1):
         f.code, f.a, f.b = E_COUNT_MISMATCH, h.record_count, delta
         return f.code
     # last_offset and next_offset = last_offset + 1 must both fit in an int64
@@ -191,6 +195,10 @@ cdef object _error(const Fault *f, int64_t position):
         cls, reason = InvalidRecordError, "control batches may not be produced"
     elif code == E_GAP:
         reason = f"offset gap: expected {f.a}, found {f.b}"
+    elif code == E_GAP_BACK:
+        reason = f"offset goes back: expected at least {f.a}, found {f.b}"
+    elif code == E_BEYOND:
+        reason = f"offset {f.b} is beyond the 32-bit range of relative offsets from {f.a}"
     elif code == E_NO_MEMORY:
         return MemoryError("no memory for scan index entries")
     else:
@@ -413,8 +421,10 @@ def parse_header(buf, pos=0):
         PyBuffer_Release(&view)
 
 
-def validate(buf, pos=0, bint allow_control=True):
+def validate(buf, pos=0, bint allow_control=True, bint compacted=False):
     """Fully check the batch at ``pos``: length, magic, CRC, record count, codec, control bit.
+
+    ``compacted`` accepts fewer records than lastOffsetDelta + 1 (batches the log cleaner rewrote).
 
     Raises CorruptRecordError(reason, offset=baseOffset or -1, position=pos), or
     InvalidRecordError for a control batch when ``allow_control`` is false.
@@ -435,9 +445,9 @@ def validate(buf, pos=0, bint allow_control=True):
         if code == E_OK:
             if NOGIL_MIN <= <int64_t>h.batch_length <= rem:
                 with nogil:
-                    code = _check_body(p, rem, allow_control, &h, &f)
+                    code = _check_body(p, rem, allow_control, compacted, &h, &f)
             else:
-                code = _check_body(p, rem, allow_control, &h, &f)
+                code = _check_body(p, rem, allow_control, compacted, &h, &f)
         if code != E_OK:
             raise _error(&f, c_pos)
         return _info(&h, c_pos)
@@ -519,6 +529,8 @@ cdef struct Scan:
     int64_t base_position
     int64_t index_interval
     int64_t expected      # next offset to require, or -1 when not checking
+    bint gaps             # expected is a lower bound (a cleaned segment); offsets stay within int32 of the first
+    int64_t first_expected
     int64_t count
     int64_t next_offset
     int64_t max_ts
@@ -540,10 +552,13 @@ cdef void _scan(Scan *s) noexcept nogil:
     while s.pos < s.end:
         if _check_header(s.buf + s.pos, s.end - s.pos, &h, &s.fault) != E_OK:
             return
-        if _check_body(s.buf + s.pos, s.end - s.pos, True, &h, &s.fault) != E_OK:
+        if _check_body(s.buf + s.pos, s.end - s.pos, True, True, &h, &s.fault) != E_OK:
             return
-        if s.expected >= 0 and h.base_offset != s.expected:
-            s.fault.code, s.fault.a, s.fault.b = E_GAP, s.expected, h.base_offset
+        if s.expected >= 0 and (h.base_offset < s.expected if s.gaps else h.base_offset != s.expected):
+            s.fault.code, s.fault.a, s.fault.b = E_GAP_BACK if s.gaps else E_GAP, s.expected, h.base_offset
+            return
+        if s.gaps and h.base_offset + <int64_t>h.last_offset_delta - s.first_expected > 2147483647:
+            s.fault.code, s.fault.a, s.fault.b = E_BEYOND, s.first_expected, h.base_offset
             return
         last = h.base_offset + h.last_offset_delta  # _check_body ruled out overflow
         size = <int64_t>h.batch_length + LOG_OVERHEAD
@@ -570,11 +585,13 @@ cdef void _scan(Scan *s) noexcept nogil:
 
 
 def scan(buf, start=0, end=None, base_position=0, index_interval=4096,
-         expected_offset=-1):
+         expected_offset=-1, bint gaps=False):
     """Walk and fully validate consecutive batches in ``buf[start:end]``, as log recovery does.
 
     Stops at the first invalid or truncated batch, or (when ``expected_offset`` >= 0) at the
-    first batch whose baseOffset is not the expected next offset. Positions are reported as
+    first batch whose baseOffset is not the expected next offset; with ``gaps`` (a segment the
+    log cleaner rewrote) at one below it or ending more than 2**31 - 1 past ``expected_offset``.
+    Compacted batches (fewer records than lastOffsetDelta + 1) pass. Positions are reported as
     ``base_position`` + index in ``buf``. Index entries follow Kafka's LogSegment: before a
     batch is counted, if more than ``index_interval`` bytes were added since the last entry,
     emit (batch last offset, batch position) and (max timestamp so far, its offset). Time
@@ -600,6 +617,7 @@ def scan(buf, start=0, end=None, base_position=0, index_interval=4096,
         s.pos, s.end = c_start, c_end
         s.base_position, s.index_interval = c_base_position, c_index_interval
         s.expected = c_expected_offset
+        s.gaps, s.first_expected = gaps and c_expected_offset >= 0, c_expected_offset
         s.count, s.next_offset = 0, c_expected_offset
         s.max_ts, s.max_ts_offset = -1, -1
         s.since_entry = 0

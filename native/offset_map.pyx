@@ -9,13 +9,13 @@ Batches are walked without the GIL; it is taken back only to decompress a compre
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
 from varint cimport VARINT_OK, VARINT_TRUNCATED, read_zigzag
 
-from pybroker.compression import decompress
-from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, FillResult
+from pybroker.compression import compress, decompress
+from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, FillResult, RetainResult
 from pybroker.errors import CorruptRecordError
 
 cdef extern from *:
@@ -34,9 +34,15 @@ cdef extern from *:
     void pb_om_prefetch(const void *p) nogil
 
 cdef extern from "bigendian.h" nogil:
+    void pb_put64(uint8_t *p, int64_t v)
+    void pb_put32(uint8_t *p, uint32_t v)
+    void pb_put16(uint8_t *p, uint16_t v)
     int64_t pb_get64(const uint8_t *p)
     int32_t pb_get32(const uint8_t *p)
     int16_t pb_get16(const uint8_t *p)
+
+cdef extern from "crc32c_hw.h" nogil:
+    uint32_t pb_crc32c(uint32_t crc, const uint8_t *p, size_t n)
 
 ENTRY_SIZE = 24
 
@@ -391,6 +397,94 @@ cdef class OffsetMap:
         PyBuffer_Release(&view)
         return find(&self.t, h.low64, h.high64, pb_om_home(h.high64, self.t.capacity)).offset
 
+    def retain(self, buf, int64_t now_ms, int64_t new_horizon_ms, keep_empty=()):
+        """The batches of ``buf`` with only the records to keep; see pybroker/contracts/offset_map.py."""
+        cdef Py_buffer view
+        cdef Walk w
+        cdef Retain r
+        cdef Pick k
+        cdef Out o, sec
+        cdef int code
+        cdef int64_t base_ts
+        cdef bint horizon, restamp
+        cdef Py_ssize_t start, i
+        cdef const uint8_t *q
+        cdef const uint8_t *sp
+        cdef Py_ssize_t sn
+        cdef bytes section, packed
+        cdef int64_t *keep = NULL
+        keep_list = sorted(set(keep_empty))
+        memset(&w, 0, sizeof(Walk))
+        memset(&r, 0, sizeof(Retain))
+        memset(&k, 0, sizeof(Pick))
+        memset(&o, 0, sizeof(Out))
+        memset(&sec, 0, sizeof(Out))
+        r.now_ms, r.new_horizon_ms = now_ms, new_horizon_ms
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            if keep_list:
+                keep = <int64_t *>malloc(len(keep_list) * sizeof(int64_t))
+                if keep == NULL:
+                    raise MemoryError()
+                for i in range(len(keep_list)):
+                    keep[i] = keep_list[i]
+            r.keep_empty, r.n_keep_empty = keep, len(keep_list)
+            while True:
+                with nogil:
+                    code = retain_walk(&self.t, <const uint8_t *>view.buf, view.len, &w, &r, &k, &o)
+                if code != W_COMPRESSED:
+                    break
+                # a compressed batch: decompress, choose, recompress with its codec (the GIL is needed)
+                q = <const uint8_t *>view.buf + w.pos
+                raw = (<const char *>view.buf)[w.pos + HEADER_SIZE:w.end]
+                try:
+                    section = bytes(decompress(w.attributes & 7, raw))
+                except Exception as exc:
+                    raise CorruptRecordError(f"decompression failed: {exc}", w.base, w.pos) from None
+                base_ts = pb_get64(q + 27)
+                horizon = (w.attributes & ATTR_DELETE_HORIZON) != 0
+                sp = <const uint8_t *>PyBytes_AS_STRING(section)
+                sn = PyBytes_GET_SIZE(section)
+                with nogil:
+                    code = pick_records(&self.t, sp, sn, &w, horizon and now_ms > base_ts, &k)
+                if code != W_OK:
+                    break
+                restamp = k.tombstone and not horizon
+                if k.n_kept == w.count and not restamp:
+                    if copy_batch(&o, q, w.end - w.pos) < 0:
+                        raise MemoryError()
+                    r.kept_records += k.n_kept
+                    r.kept_batches += 1
+                elif k.n_kept or in_sorted(keep, r.n_keep_empty, w.base):
+                    sec.n = 0
+                    if write_records(&sec, sp, &k, restamp, base_ts - new_horizon_ms) < 0:
+                        raise MemoryError()
+                    packed = bytes(compress(w.attributes & 7, (<const char *>sec.p)[:sec.n])) if sec.n else b""
+                    if reserve(&o, HEADER_SIZE + len(packed)) < 0:
+                        raise MemoryError()
+                    start = o.n
+                    memcpy(o.p + start, q, HEADER_SIZE)
+                    memcpy(o.p + start + HEADER_SIZE, PyBytes_AS_STRING(packed), len(packed))
+                    o.n += HEADER_SIZE + len(packed)
+                    end_rewrite(&o, start, q, &w, &r, &k, restamp, base_ts)
+                    r.kept_records += k.n_kept
+                    r.kept_batches += 1
+                else:
+                    pass  # nothing left and nothing to remember: the batch goes
+                w.pos = w.end
+            if code == W_ERROR:
+                raise CorruptRecordError(_reason(&w), w.base, w.pos)
+            if code == W_FULL:
+                raise MemoryError("no memory for the cleaned batches")
+            data = (<const char *>o.p)[:o.n] if o.n else b""
+            return RetainResult(data, r.read, r.kept_records, r.batches, r.kept_batches)
+        finally:
+            PyBuffer_Release(&view)
+            free(keep)
+            free(k.kept)
+            free(o.p)
+            free(sec.p)
+
     def add_batches(self, buf, int64_t start_offset, int64_t stop_offset):
         cdef Py_buffer view, sview
         cdef Walk w
@@ -433,3 +527,291 @@ cdef class OffsetMap:
         if result.next_offset - 1 > self.latest:
             self.latest = result.next_offset - 1
         return result
+
+
+# ---- the cleaner's second pass: keep the latest record of every key --------------------------
+
+cdef enum:
+    ATTR_LOG_APPEND_TIME = 0x08
+    ATTR_DELETE_HORIZON = 0x40  # KIP-534: the base timestamp holds the tombstones' delete horizon
+
+
+cdef struct Out:
+    uint8_t *p
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef struct Kept:
+    Py_ssize_t start  # the record's attributes byte (just after its length varint)
+    Py_ssize_t end
+    Py_ssize_t ts_end  # just after its timestamp delta
+    int64_t ts_delta
+
+
+cdef struct Pick:
+    Kept *kept
+    Py_ssize_t n_kept
+    Py_ssize_t cap
+    bint tombstone  # a tombstone is among the kept records
+    int64_t max_ts_delta
+
+
+cdef inline int reserve(Out *o, Py_ssize_t extra) noexcept nogil:
+    """0, or -1 when memory ran out."""
+    cdef Py_ssize_t cap
+    cdef uint8_t *grown
+    if o.n + extra <= o.cap:
+        return 0
+    cap = o.cap * 2
+    if cap < o.n + extra:
+        cap = o.n + extra
+    if cap < 65536:
+        cap = 65536
+    grown = <uint8_t *>realloc(o.p, <size_t>cap)
+    if grown == NULL:
+        return -1
+    o.p, o.cap = grown, cap
+    return 0
+
+
+cdef inline Py_ssize_t put_zigzag(uint8_t *p, int64_t v) noexcept nogil:
+    cdef uint64_t z = (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+    cdef Py_ssize_t i = 0
+    while z >= 0x80:
+        p[i] = <uint8_t>((z & 0x7F) | 0x80)
+        z >>= 7
+        i += 1
+    p[i] = <uint8_t>z
+    return i + 1
+
+
+cdef int pick_records(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, bint horizon_passed,
+                      Pick *k) noexcept nogil:
+    """Choose the records of one (uncompressed) section to keep: W_OK, W_FULL (no memory) or W_ERROR."""
+    cdef Py_ssize_t pos = 0, rec_start, rec_end, ts_end, key_pos
+    cdef int64_t i, length, ts_delta, delta, klen, vlen, offset
+    cdef int e = 0
+    cdef XXH128_hash_t h
+    cdef Kept *grown
+    k.n_kept = 0
+    k.tombstone = False
+    k.max_ts_delta = -INT64_MAX
+    for i in range(w.count):
+        e = read_varint(p, &pos, n, &length)
+        if e:
+            break
+        if length < 1 or length > n - pos:
+            e = E_REC_LENGTH
+            w.err.a = length
+            break
+        rec_start, rec_end = pos, pos + length
+        pos += 1
+        e = read_varint(p, &pos, rec_end, &ts_delta)
+        if e:
+            break
+        ts_end = pos
+        e = read_varint(p, &pos, rec_end, &delta)
+        if e:
+            break
+        if delta < 0 or delta > w.lod:
+            e = E_DELTA
+            w.err.a = delta
+            w.err.b = w.lod
+            break
+        e = read_varint(p, &pos, rec_end, &klen)
+        if e:
+            break
+        if klen < -1 or klen > rec_end - pos:
+            e = E_KEY
+            w.err.a = klen
+            break
+        key_pos = pos
+        pos += klen if klen > 0 else 0
+        e = read_varint(p, &pos, rec_end, &vlen)
+        if e:
+            break
+        pos = rec_end
+        if klen < 0:
+            continue  # records without a key do not survive cleaning
+        offset = w.base + delta
+        h = XXH3_128bits(p + key_pos, <size_t>klen)
+        if offset < find(t, h.low64, h.high64, pb_om_home(h.high64, t.capacity)).offset:
+            continue  # a later record of this key exists
+        if vlen < 0:
+            if horizon_passed:
+                continue
+            k.tombstone = True
+        if k.n_kept == k.cap:
+            grown = <Kept *>realloc(k.kept, <size_t>(2 * k.cap + 64) * sizeof(Kept))
+            if grown == NULL:
+                return W_FULL
+            k.kept, k.cap = grown, 2 * k.cap + 64
+        k.kept[k.n_kept].start = rec_start
+        k.kept[k.n_kept].end = rec_end
+        k.kept[k.n_kept].ts_end = ts_end
+        k.kept[k.n_kept].ts_delta = ts_delta
+        if ts_delta > k.max_ts_delta:
+            k.max_ts_delta = ts_delta
+        k.n_kept += 1
+    if e:
+        w.err.kind = e
+        w.err.i = i
+        return W_ERROR
+    if pos != n:
+        w.err.kind = E_TRAILING
+        w.err.a = n - pos
+        w.err.b = w.count
+        return W_ERROR
+    return W_OK
+
+
+cdef int write_records(Out *o, const uint8_t *p, const Pick *k, bint restamp, int64_t shift) noexcept nogil:
+    """Append the kept records of section ``p``; ``restamp``: their timestamp deltas grow by ``shift``."""
+    cdef Py_ssize_t j, body
+    cdef uint8_t tmp[10]
+    cdef Py_ssize_t zn
+    cdef const Kept *r
+    for j in range(k.n_kept):
+        r = &k.kept[j]
+        if reserve(o, (r.end - r.start) + 30) < 0:
+            return -1
+        if restamp:
+            zn = put_zigzag(tmp, r.ts_delta + shift)
+            body = 1 + zn + (r.end - r.ts_end)
+            o.n += put_zigzag(o.p + o.n, body)
+            o.p[o.n] = p[r.start]
+            memcpy(o.p + o.n + 1, tmp, <size_t>zn)
+            memcpy(o.p + o.n + 1 + zn, p + r.ts_end, <size_t>(r.end - r.ts_end))
+            o.n += body
+        else:
+            o.n += put_zigzag(o.p + o.n, r.end - r.start)
+            memcpy(o.p + o.n, p + r.start, <size_t>(r.end - r.start))
+            o.n += r.end - r.start
+    return 0
+
+
+cdef void finish_header(uint8_t *b, Py_ssize_t size, int16_t attributes, int64_t base_ts, int64_t max_ts,
+                        int32_t count) noexcept nogil:
+    """Fix the copied header of a rewritten batch of ``size`` bytes and seal it with its CRC."""
+    pb_put32(b + 8, <uint32_t>(size - LOG_OVERHEAD))
+    pb_put16(b + 21, <uint16_t>attributes)
+    pb_put64(b + 27, base_ts)
+    pb_put64(b + 35, max_ts)
+    pb_put32(b + 57, <uint32_t>count)
+    pb_put32(b + 17, pb_crc32c(0, b + 21, <size_t>(size - 21)))
+
+
+cdef inline bint in_sorted(const int64_t *a, Py_ssize_t n, int64_t v) noexcept nogil:
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < n and a[lo] == v
+
+
+cdef struct Retain:
+    int64_t now_ms
+    int64_t new_horizon_ms
+    const int64_t *keep_empty
+    Py_ssize_t n_keep_empty
+    int64_t read
+    int64_t kept_records
+    int64_t batches
+    int64_t kept_batches
+    # the batch at w.pos when the caller must (re)compress
+    Py_ssize_t batch_out  # where its header went in the output
+    bint restamp
+
+
+cdef int retain_walk(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, Retain *r, Pick *k,
+                     Out *o) noexcept nogil:
+    """Copy or rewrite batches from w.pos: W_OK at the end, W_COMPRESSED, W_FULL (no memory), W_ERROR."""
+    cdef const uint8_t *q
+    cdef int32_t length
+    cdef int code
+    cdef int64_t base_ts, max_ts
+    cdef bint horizon, restamp
+    cdef Py_ssize_t size, start
+    while w.pos < n:
+        q = p + w.pos
+        w.base = pb_get64(q) if n - w.pos >= 8 else -1
+        if n - w.pos < HEADER_SIZE:
+            return batch_error(w, E_TRUNCATED, HEADER_SIZE, n - w.pos)
+        length = pb_get32(q + 8)
+        if length < MIN_BATCH_LENGTH:
+            return batch_error(w, E_SHORT, length, 0)
+        if n - w.pos - LOG_OVERHEAD < length:
+            return batch_error(w, E_TRUNCATED, <int64_t>length + LOG_OVERHEAD, n - w.pos)
+        w.magic = <int8_t>q[16]
+        w.attributes = pb_get16(q + 21)
+        w.lod = pb_get32(q + 23)
+        w.count = pb_get32(q + 57)
+        if w.magic != 2:
+            return batch_error(w, E_MAGIC, w.magic, 0)
+        if w.attributes & 7 > 4:
+            return batch_error(w, E_CODEC, w.attributes & 7, 0)
+        if w.lod < 0:
+            return batch_error(w, E_LOD, w.lod, 0)
+        if w.count < 0:
+            return batch_error(w, E_COUNT, w.count, 0)
+        w.end = w.pos + LOG_OVERHEAD + length
+        r.batches += 1
+        r.read += w.count
+        if w.attributes & ATTR_CONTROL:
+            if copy_batch(o, q, w.end - w.pos) < 0:
+                return W_FULL
+            r.kept_batches += 1
+            w.pos = w.end
+            continue
+        if w.attributes & 7:
+            return W_COMPRESSED
+        base_ts = pb_get64(q + 27)
+        horizon = (w.attributes & ATTR_DELETE_HORIZON) != 0
+        code = pick_records(t, q + HEADER_SIZE, w.end - w.pos - HEADER_SIZE, w, horizon and r.now_ms > base_ts, k)
+        if code != W_OK:
+            return code
+        restamp = k.tombstone and not horizon
+        if k.n_kept == w.count and not restamp:
+            if copy_batch(o, q, w.end - w.pos) < 0:
+                return W_FULL
+        elif k.n_kept or in_sorted(r.keep_empty, r.n_keep_empty, w.base):
+            if reserve(o, HEADER_SIZE) < 0:
+                return W_FULL
+            start = o.n
+            memcpy(o.p + start, q, HEADER_SIZE)
+            o.n += HEADER_SIZE
+            if write_records(o, q + HEADER_SIZE, k, restamp, base_ts - r.new_horizon_ms) < 0:
+                return W_FULL
+            end_rewrite(o, start, q, w, r, k, restamp, base_ts)
+        else:
+            w.pos = w.end  # nothing left and nothing to remember: the batch goes
+            continue
+        r.kept_records += k.n_kept
+        r.kept_batches += 1
+        w.pos = w.end
+    return W_OK
+
+
+cdef inline int copy_batch(Out *o, const uint8_t *q, Py_ssize_t size) noexcept nogil:
+    if reserve(o, size) < 0:
+        return -1
+    memcpy(o.p + o.n, q, <size_t>size)
+    o.n += size
+    return 0
+
+
+cdef void end_rewrite(Out *o, Py_ssize_t start, const uint8_t *q, Walk *w, Retain *r, Pick *k, bint restamp,
+                      int64_t base_ts) noexcept nogil:
+    """Seal the rewritten batch that starts at ``o.p + start`` (its header copied from ``q``)."""
+    cdef int64_t max_ts = pb_get64(q + 35)
+    cdef int16_t attributes = w.attributes
+    if k.n_kept and not (attributes & ATTR_LOG_APPEND_TIME):
+        max_ts = base_ts + k.max_ts_delta  # CreateTime: the max of what is left
+    if restamp:
+        attributes |= ATTR_DELETE_HORIZON
+        base_ts = r.new_horizon_ms
+    finish_header(o.p + start, o.n - start, attributes, base_ts, max_ts, <int32_t>k.n_kept)

@@ -230,6 +230,18 @@ def test_validate_error_reasons(impl, name, buf, offset, reason):
 
 
 @pytest.mark.parametrize("impl", IMPLS, ids=ids)
+def test_compacted_batches_may_hold_fewer_records(impl):
+    for count in (0, 2):  # the log cleaner removed records, kept the offsets
+        fewer = _set("record_count", count, seal=True)
+        assert impl.validate(fewer, compacted=True).record_count == count
+        with pytest.raises(CorruptRecordError, match="does not match last offset delta"):
+            impl.validate(fewer)
+        assert impl.scan(fewer).error is None
+    with pytest.raises(CorruptRecordError, match="record count 4 does not match"):
+        impl.validate(_set("record_count", 4, seal=True), compacted=True)
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=ids)
 def test_crc_reason_names_both_values(impl):
     buf = _set("max_timestamp", 5)
     stored = struct.unpack_from(">I", buf, 17)[0]
@@ -425,6 +437,14 @@ def test_scan_stops_and_reports(impl):
     gap = impl.scan(buf, start=starts[1], expected_offset=2)
     assert (gap.batch_count, gap.valid_end, gap.next_offset) == (0, starts[1], 2)
     assert gap.error.reason == "offset gap: expected 2, found 1" and gap.error.offset == 1
+    skipped = impl.scan(buf, start=starts[1], expected_offset=0, gaps=True)  # the cleaner removed offset 0
+    assert (skipped.error, skipped.batch_count, skipped.next_offset) == (None, 3, 4)
+    back = impl.scan(buf, start=starts[1], expected_offset=2, gaps=True)
+    assert back.error.reason == "offset goes back: expected at least 2, found 1"
+    far_buf = bytearray(buf)
+    put(far_buf, "base_offset", 2**31, pos=starts[1])  # outside the CRC
+    far = impl.scan(far_buf, start=starts[1], expected_offset=0, gaps=True)
+    assert far.error.reason == f"offset {2**31} is beyond the 32-bit range of relative offsets from 0"
     part = impl.scan(buf, start=starts[1], end=starts[3])
     assert (part.error, part.batch_count, part.valid_end, part.next_offset) == (None, 2, starts[3], 3)
     corrupt_crc = bytearray(buf)

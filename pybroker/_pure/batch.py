@@ -162,8 +162,8 @@ def _header(view: memoryview, pos: int, rem: int) -> BatchInfo:
     return info
 
 
-def _check(view: memoryview, pos: int, rem: int, allow_control: bool) -> BatchInfo:
-    """Every check of validate, in order; raises _Bad."""
+def _check(view: memoryview, pos: int, rem: int, allow_control: bool, compacted: bool = False) -> BatchInfo:
+    """Every check of validate, in order; raises _Bad. ``compacted``: count <= lastOffsetDelta + 1."""
     info = _header(view, pos, rem)
     offset = info.base_offset
     if info.size > rem:
@@ -177,7 +177,8 @@ def _check(view: memoryview, pos: int, rem: int, allow_control: bool) -> BatchIn
                    f"CRC mismatch: stored 0x{info.crc:08x}, computed 0x{computed:08x}", offset)
     if info.record_count < 0:
         raise _Bad(CorruptRecordError, f"record count {info.record_count} is negative", offset)
-    if info.last_offset_delta + 1 != info.record_count:
+    if info.last_offset_delta + 1 != info.record_count and not (
+            compacted and info.record_count <= info.last_offset_delta + 1):
         raise _Bad(CorruptRecordError,
                    f"record count {info.record_count} does not match last offset delta "
                    f"{info.last_offset_delta} (expected {info.last_offset_delta + 1} records)",
@@ -207,8 +208,10 @@ def parse_header(buf, pos=0) -> BatchInfo:
         raise bad.cls(bad.reason, bad.offset, pos) from None
 
 
-def validate(buf, pos=0, allow_control=True) -> BatchInfo:
+def validate(buf, pos=0, allow_control=True, compacted=False) -> BatchInfo:
     """Fully check the batch at ``pos``: length, magic, CRC, record count, codec, control bit.
+
+    ``compacted`` accepts fewer records than lastOffsetDelta + 1 (batches the log cleaner rewrote).
 
     Raises CorruptRecordError(reason, offset=baseOffset or -1, position=pos), or
     InvalidRecordError for a control batch when ``allow_control`` is false.
@@ -217,7 +220,7 @@ def validate(buf, pos=0, allow_control=True) -> BatchInfo:
     _check_position(pos)
     view = _bytes(buf)
     try:
-        return _check(view, pos, max(0, len(view) - pos), bool(allow_control))
+        return _check(view, pos, max(0, len(view) - pos), bool(allow_control), bool(compacted))
     except _Bad as bad:
         raise bad.cls(bad.reason, bad.offset, pos) from None
 
@@ -270,11 +273,13 @@ def set_log_append_time(buf, pos, timestamp_ms) -> None:
 
 
 def scan(buf, start=0, end=None, base_position=0, index_interval=4096,
-         expected_offset=-1) -> ScanResult:
+         expected_offset=-1, gaps=False) -> ScanResult:
     """Walk and fully validate consecutive batches in ``buf[start:end]``, as log recovery does.
 
     Stops at the first invalid or truncated batch, or (when ``expected_offset`` >= 0) at the
-    first batch whose baseOffset is not the expected next offset. Positions are reported as
+    first batch whose baseOffset is not the expected next offset; with ``gaps`` (a segment the
+    log cleaner rewrote) at one below it or ending more than 2**31 - 1 past ``expected_offset``.
+    Compacted batches (fewer records than lastOffsetDelta + 1) pass. Positions are reported as
     ``base_position`` + index in ``buf``. Index entries follow Kafka's LogSegment: before a
     batch is counted, if more than ``index_interval`` bytes were added since the last entry,
     emit (batch last offset, batch position) and (max timestamp so far, its offset). Time
@@ -284,6 +289,7 @@ def scan(buf, start=0, end=None, base_position=0, index_interval=4096,
     base_position = _int(base_position, INT64_MIN, INT64_MAX, "base position")
     index_interval = _int(index_interval, INT64_MIN, INT64_MAX, "index interval")
     expected_offset = _int(expected_offset, INT64_MIN, INT64_MAX, "expected offset")
+    gaps = bool(gaps)
     view = _bytes(buf)
     size = len(view)
     end = size if end is None else _int(end, INT64_MIN, INT64_MAX, "end")
@@ -302,11 +308,17 @@ def scan(buf, start=0, end=None, base_position=0, index_interval=4096,
     error = None
     while pos < end:
         try:
-            info = _check(view, pos, end - pos, True)
-            if expected >= 0 and info.base_offset != expected:
+            info = _check(view, pos, end - pos, True, True)
+            if expected >= 0 and gaps and info.base_offset < expected:
                 raise _Bad(CorruptRecordError,
-                           f"offset gap: expected {expected}, found {info.base_offset}",
+                           f"offset goes back: expected at least {expected}, found {info.base_offset}",
                            info.base_offset)
+            if expected >= 0 and not gaps and info.base_offset != expected:
+                raise _Bad(CorruptRecordError, f"offset gap: expected {expected}, found {info.base_offset}",
+                           info.base_offset)
+            if expected >= 0 and gaps and info.last_offset - expected_offset > 2**31 - 1:
+                raise _Bad(CorruptRecordError, f"offset {info.base_offset} is beyond the 32-bit range of "
+                           f"relative offsets from {expected_offset}", info.base_offset)
         except _Bad as bad:
             error = bad.cls(bad.reason, bad.offset, base_position + pos)
             break

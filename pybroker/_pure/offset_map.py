@@ -119,6 +119,9 @@ class OffsetMap:
         self._size = 0
         self._latest = -1
 
+    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=()):
+        return _retain(self, buf, now_ms, new_horizon_ms, keep_empty)
+
     def add_batches(self, buf, start_offset, stop_offset) -> FillResult:
         start, stop = _offset(start_offset), _offset(stop_offset)
         if start < 0 or start > stop:
@@ -204,3 +207,130 @@ class OffsetMap:
         if pos != n:
             raise _RecordError(f"{n - pos} bytes after the last of {count} records")
         return -1
+
+
+# ---- the cleaner's second pass: keep the latest record of every key --------------------------
+
+ATTR_DELETE_HORIZON = 0x40
+_HDR = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
+
+
+def _zigzag(value: int) -> bytes:
+    z = ((value << 1) ^ (value >> 63)) & M64
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _records(p, n: int, base: int, lod: int, count: int):
+    """(start, end, attributes_pos, ts_delta, ts_end, offset, key or None, is_tombstone) per record."""
+    pos = 0
+    for i in range(count):
+        length, pos = _varint(p, pos, n, i)
+        if length < 1 or length > n - pos:
+            raise _RecordError(f"record {i}: length {length} out of range")
+        start, end = pos, pos + length
+        ts_delta, q = _varint(p, pos + 1, end, i)
+        ts_end = q
+        delta, q = _varint(p, q, end, i)
+        if delta < 0 or delta > lod:
+            raise _RecordError(f"record {i}: offset delta {delta} outside the batch (last offset delta {lod})")
+        klen, q = _varint(p, q, end, i)
+        if klen < -1 or klen > end - q:
+            raise _RecordError(f"record {i}: key length {klen} out of range")
+        key = bytes(p[q:q + klen]) if klen >= 0 else None
+        q += max(klen, 0)
+        vlen, q = _varint(p, q, end, i)
+        yield start, end, ts_delta, ts_end, base + delta, key, vlen < 0
+        pos = end
+    if pos != n:
+        raise _RecordError(f"{n - pos} bytes after the last of {count} records")
+
+
+def _encode_record(p, start: int, end: int, ts_delta: int, ts_end: int) -> bytes:
+    """The record at p[start:end] with its timestamp delta replaced (a new base timestamp)."""
+    body = bytes(p[start:start + 1]) + _zigzag(ts_delta) + bytes(p[ts_end:end])
+    return _zigzag(len(body)) + body
+
+
+def _retain(self, buf, now_ms, new_horizon_ms, keep_empty=()):
+    """See pybroker/contracts/offset_map.py: the batches of ``buf`` with only the records to keep."""
+    from pybroker._pure.crc import crc32c
+    from pybroker.compression import compress
+    from pybroker.contracts.offset_map import RetainResult
+    keep_empty = set(keep_empty)
+    view = memoryview(buf).cast("B")
+    n = len(view)
+    out = bytearray()
+    pos = read = kept_records = batches = kept_batches = 0
+    while pos < n:
+        base = _I64.unpack_from(view, pos)[0] if n - pos >= 8 else -1
+        if n - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"truncated batch: {HEADER_SIZE} bytes needed, {n - pos} left", base, pos)
+        (base, length, ple, magic, crc, attrs, lod, base_ts, max_ts, pid, epoch, seq,
+         count) = _HDR.unpack_from(view, pos)
+        end = pos + LOG_OVERHEAD + length
+        if length < MIN_BATCH_LENGTH or end > n:
+            raise CorruptRecordError(f"batch length {length} out of range", base, pos)
+        if magic != 2 or attrs & 7 > 4 or lod < 0 or count < 0:
+            raise CorruptRecordError("not a valid v2 batch header", base, pos)
+        batches += 1
+        read += count
+        if attrs & ATTR_CONTROL:
+            out += view[pos:end]
+            kept_batches += 1
+            pos = end
+            continue
+        codec = attrs & 7
+        section = view[pos + HEADER_SIZE:end]
+        if codec:
+            try:
+                section = memoryview(decompress(codec, section))
+            except Exception as exc:
+                raise CorruptRecordError(f"decompression failed: {exc}", base, pos) from None
+        has_horizon = bool(attrs & ATTR_DELETE_HORIZON)
+        kept, tombstone = [], False
+        try:
+            for rec in _records(section, len(section), base, lod, count):
+                start, rec_end, ts_delta, ts_end, offset, key, is_tombstone = rec
+                if key is None or offset < self.get(key):
+                    continue
+                if is_tombstone:
+                    if has_horizon and now_ms > base_ts:
+                        continue
+                    tombstone = True
+                kept.append(rec)
+        except _RecordError as exc:
+            raise CorruptRecordError(str(exc), base, pos) from None
+        stamp = tombstone and not has_horizon
+        if len(kept) == count and not stamp:
+            out += view[pos:end]
+        elif kept or base in keep_empty:
+            new_base_ts = new_horizon_ms if stamp else base_ts
+            records = bytearray()
+            for start, rec_end, ts_delta, ts_end, _, _, _ in kept:
+                # the varint length prefix sits before start; re-encode when the base timestamp moved
+                if stamp:
+                    records += _encode_record(section, start, rec_end, base_ts + ts_delta - new_base_ts, ts_end)
+                else:
+                    records += _zigzag(rec_end - start) + bytes(section[start:rec_end])
+            if not attrs & 0x08 and kept:  # CreateTime: the max of what is left
+                max_ts = max(base_ts + r[2] for r in kept)
+            body = compress(codec, records) if codec else bytes(records)
+            new_attrs = attrs | (ATTR_DELETE_HORIZON if stamp else 0)
+            header = bytearray(_HDR.pack(base, HEADER_SIZE - LOG_OVERHEAD + len(body), ple, 2, 0, new_attrs,
+                                         lod, new_base_ts, max_ts, pid, epoch, seq, len(kept)))
+            batch = header + body
+            struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+            out += batch
+        else:
+            pos = end  # nothing left and nothing to remember: the batch goes
+            continue
+        kept_records += len(kept)
+        kept_batches += 1
+        pos = end
+    return RetainResult(bytes(out), read, kept_records, batches, kept_batches)
+

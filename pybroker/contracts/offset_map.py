@@ -26,6 +26,20 @@ full)``: ``full`` is True when it stopped at a keyed record whose new key did no
 otherwise ``next_offset = min(stop_offset, max(start_offset, end of the last batch walked))``.
 Aborted transactional batches are not recognised yet (the caller's job once the cleaner exists).
 
+``retain(buf, now_ms, new_horizon_ms, keep_empty=())`` is the cleaner's second pass over whole v2
+batches (a segment's bytes): it returns ``RetainResult(data, ...)`` where ``data`` holds the batches
+with only the records to keep. A keyed record is kept when its offset is at least the map's offset
+for its key (or the key is not in the map); records without a key go (as in Kafka's cleaner). A
+kept tombstone (null value) goes too once its batch carries a delete horizon (attribute bit 0x40,
+KIP-534: the base timestamp then holds the horizon) that ``now_ms`` has passed; a batch that keeps a
+tombstone and has no horizon yet gets ``new_horizon_ms`` stamped (records' timestamp deltas are
+re-encoded against it, so every record keeps its timestamp). Control batches are copied. A batch
+keeps its base offset, last offset delta, producer id/epoch/base sequence, leader epoch and codec
+(recompressed when records went); its record count shrinks (compacted batches) and, for CreateTime,
+its max timestamp becomes the max of the records left. A batch with no record left goes, unless its
+base offset is in ``keep_empty`` (the last batch of a producer, kept empty for idempotence). A batch
+copied whole is copied byte for byte.
+
 Errors shared by both: ``ValueError`` for ``memory_bytes`` too small to hold one key, a load
 factor outside (0, 1], a negative offset, or ``start_offset`` > ``stop_offset`` or negative;
 ``OverflowError`` for an offset beyond int64; ``TypeError`` for a key or buffer that is not
@@ -43,6 +57,14 @@ DEFAULT_LOAD_FACTOR = 0.9
 class FillResult(NamedTuple):
     next_offset: int  # the first offset the map does not account for
     full: bool  # stopped early: the record at next_offset has a key that no longer fits
+
+
+class RetainResult(NamedTuple):
+    data: bytes  # the batches left, in order
+    records_read: int
+    records_kept: int
+    batches_read: int
+    batches_kept: int
 
 
 @runtime_checkable
@@ -66,6 +88,7 @@ class OffsetMap(Protocol):
     def get(self, key) -> int: ...  # the key's offset, or -1
     def clear(self) -> None: ...
     def add_batches(self, buf, start_offset: int, stop_offset: int) -> FillResult: ...
+    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=()) -> RetainResult: ...
 
 
 @runtime_checkable

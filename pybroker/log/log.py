@@ -117,23 +117,32 @@ class Log:
                 if truncated:
                     log.warning("%s-%d: recovery removed %d bytes from %s", self.topic,
                                 self.partition, truncated, segment.log_path)
+                    if i + 1 < len(self.segments):  # as Kafka: what followed a torn segment goes with it
+                        self._drop_segments_from(i + 1, f"they follow {segment.log_path}, which was truncated")
+                    break
         self._drop_discontinuous_segments()
 
     def _drop_discontinuous_segments(self) -> None:
-        """Offsets must run on without gaps: a segment that does not continue its predecessor goes."""
+        """Offsets only grow: a segment that starts before its predecessor ends goes, with all later ones.
+
+        Gaps are fine (the log cleaner removes records); truncation deletes from the end, so a
+        crash during it never leaves one.
+        """
         for i in range(1, len(self.segments)):
             prev, seg = self.segments[i - 1], self.segments[i]
-            if seg.base_offset != prev.next_offset:
-                log.warning("%s-%d: segment %s does not follow offset %d; removing it and %d later",
-                            self.topic, self.partition, seg.log_path, prev.next_offset,
-                            len(self.segments) - i - 1)
-                for gone in self.segments[i:]:
-                    gone.delete()
-                del self.segments[i:]
+            if seg.base_offset < prev.next_offset:
+                self._drop_segments_from(i, f"{seg.log_path} overlaps offset {prev.next_offset}")
                 break
         last = self.segments[-1]
         if not last.active:
             last.reactivate()
+
+    def _drop_segments_from(self, i: int, why: str) -> None:
+        log.warning("%s-%d: removing %d segments from %s: %s", self.topic, self.partition,
+                    len(self.segments) - i, self.segments[i].log_path, why)
+        for gone in reversed(self.segments[i:]):
+            gone.delete()
+        del self.segments[i:]
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -162,10 +171,11 @@ class Log:
         return self.append_validated(self.validate(buffers, allow_control), leader_epoch=leader_epoch,
                                      assign_offsets=assign_offsets, timestamp_ms=timestamp_ms)
 
-    def validate(self, buffers, allow_control: bool = False) -> list:
+    def validate(self, buffers, allow_control: bool = False, compacted: bool = False) -> list:
         """Check every batch (CRC, lengths, counts, size limits); returns (view, BatchInfo) pairs.
 
-        All or nothing: one bad batch anywhere raises a typed error naming it.
+        All or nothing: one bad batch anywhere raises a typed error naming it. ``compacted``
+        accepts batches the log cleaner rewrote (a follower copying a compacted leader log).
         """
         if isinstance(buffers, (bytes, bytearray, memoryview)):
             buffers = [buffers]
@@ -176,7 +186,7 @@ class Log:
             pos = 0
             while pos < len(view):
                 try:
-                    info = validate(view, pos, allow_control)
+                    info = validate(view, pos, allow_control, compacted)
                 except CorruptRecordError:
                     self._check_declared_size(view, pos, max_bytes)  # as Kafka: size is checked before the CRC
                     raise
@@ -214,6 +224,7 @@ class Log:
             first = segment.next_offset
             if not assign_offsets:
                 self._check_continues(batches, first)
+                first = batches[0][1].base_offset  # a follower keeps the leader's offsets, gaps included
             if len(batches) == 1:  # the common case, without per-batch Python work
                 view, info = batches[0]
                 batch_ts = info.max_timestamp if log_append_time < 0 else log_append_time
@@ -225,7 +236,7 @@ class Log:
                 max_ts, offset_of_max = batch_ts, next_offset - 1
             else:
                 next_offset, records, nbytes, max_ts, offset_of_max = self._append_runs(
-                    batches, first, leader_epoch, log_append_time)
+                    batches, first, leader_epoch, log_append_time, assign_offsets)
             if leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first)
             elif leader_epoch < 0:  # a follower's copy: the epochs come with the batches
@@ -242,22 +253,28 @@ class Log:
 
     @staticmethod
     def _check_continues(batches, first: int) -> None:
+        """Copied batches must start at or after the log end; gaps are records the leader's cleaner removed."""
         expect = first
         for _, info in batches:
-            if info.base_offset != expect:
+            if info.base_offset < expect:
                 raise CorruptRecordError(
                     f"batch starts at offset {info.base_offset}, log ends at {expect}", info.base_offset)
             expect = info.base_offset + info.last_offset_delta + 1
 
-    def _append_runs(self, batches, first, leader_epoch, log_append_time):
-        """Several batches: runs that fit the active segment, one pwritev each, rolling in between."""
+    def _append_runs(self, batches, first, leader_epoch, log_append_time, assign_offsets=True):
+        """Several batches: runs that fit the active segment (and, for copies, have no offset gap),
+        one pwritev each, rolling in between."""
         next_offset, records, nbytes, max_ts, offset_of_max = first, 0, 0, -1, -1
         start = 0
         while start < len(batches):
             segment = self.segments[-1]
+            if not assign_offsets:
+                next_offset = batches[start][1].base_offset
             end, run_bytes, offset = start, 0, next_offset
             while end < len(batches):
                 info = batches[end][1]
+                if not assign_offsets and info.base_offset != offset:
+                    break
                 size = info.batch_length + 12
                 ts = info.max_timestamp if log_append_time < 0 else log_append_time
                 if not segment.can_take(run_bytes + size, offset + info.last_offset_delta, ts):
@@ -355,7 +372,7 @@ class Log:
             if offset <= self.segments[0].base_offset:
                 return self._truncate_fully_and_start_at(offset)
             keep = self._segment_for(offset)
-            for gone in self.segments[keep + 1:]:
+            for gone in reversed(self.segments[keep + 1:]):  # from the end: a crash leaves no gap
                 gone.delete()
             del self.segments[keep + 1:]
             last = self.segments[-1]

@@ -232,7 +232,7 @@ class Partition:
 
     def append_as_follower(self, records) -> int:
         """Append the leader's batches as they are; the new log end offset."""
-        batches = self.log.validate(records, allow_control=True)
+        batches = self.log.validate(records, allow_control=True, compacted=True)
         sent = [info for _, info in batches]
         self.log.append_validated(batches, leader_epoch=-1, assign_offsets=False)
         for info in sent:  # idempotence survives failover: followers know every producer
