@@ -397,7 +397,7 @@ cdef class OffsetMap:
         PyBuffer_Release(&view)
         return find(&self.t, h.low64, h.high64, pb_om_home(h.high64, self.t.capacity)).offset
 
-    def retain(self, buf, int64_t now_ms, int64_t new_horizon_ms, keep_empty=()):
+    def retain(self, buf, int64_t now_ms, int64_t new_horizon_ms, keep_empty=(), int64_t end_offset=INT64_MAX):
         """The batches of ``buf`` with only the records to keep; see pybroker/contracts/offset_map.py."""
         cdef Py_buffer view
         cdef Walk w
@@ -420,6 +420,7 @@ cdef class OffsetMap:
         memset(&o, 0, sizeof(Out))
         memset(&sec, 0, sizeof(Out))
         r.now_ms, r.new_horizon_ms = now_ms, new_horizon_ms
+        w.stop = end_offset
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
             if keep_list:
@@ -632,16 +633,17 @@ cdef int pick_records(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, bint ho
         if e:
             break
         pos = rec_end
-        if klen < 0:
-            continue  # records without a key do not survive cleaning
         offset = w.base + delta
-        h = XXH3_128bits(p + key_pos, <size_t>klen)
-        if offset < find(t, h.low64, h.high64, pb_om_home(h.high64, t.capacity)).offset:
-            continue  # a later record of this key exists
-        if vlen < 0:
-            if horizon_passed:
-                continue
-            k.tombstone = True
+        if offset < w.stop:  # records from the map's end on are kept as they are: not cleaned yet
+            if klen < 0:
+                continue  # records without a key do not survive cleaning
+            h = XXH3_128bits(p + key_pos, <size_t>klen)
+            if offset < find(t, h.low64, h.high64, pb_om_home(h.high64, t.capacity)).offset:
+                continue  # a later record of this key exists
+            if vlen < 0:
+                if horizon_passed:
+                    continue
+                k.tombstone = True
         if k.n_kept == k.cap:
             grown = <Kept *>realloc(k.kept, <size_t>(2 * k.cap + 64) * sizeof(Kept))
             if grown == NULL:
@@ -815,3 +817,77 @@ cdef void end_rewrite(Out *o, Py_ssize_t start, const uint8_t *q, Walk *w, Retai
         attributes |= ATTR_DELETE_HORIZON
         base_ts = r.new_horizon_ms
     finish_header(o.p + start, o.n - start, attributes, base_ts, max_ts, <int32_t>k.n_kept)
+
+
+cdef int find_keyless(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
+    """W_OK with w.stopped = the offset of the first record without a key (-1: none), or W_ERROR."""
+    cdef Py_ssize_t pos = 0, rec_end
+    cdef int64_t i, length, ignored, delta, klen
+    cdef int e = 0
+    for i in range(w.count):
+        e = read_varint(p, &pos, n, &length)
+        if e:
+            break
+        if length < 1 or length > n - pos:
+            e = E_REC_LENGTH
+            w.err.a = length
+            break
+        rec_end = pos + length
+        pos += 1
+        e = read_varint(p, &pos, rec_end, &ignored)
+        if e:
+            break
+        e = read_varint(p, &pos, rec_end, &delta)
+        if e:
+            break
+        e = read_varint(p, &pos, rec_end, &klen)
+        if e:
+            break
+        if klen < 0:
+            w.stopped = w.base + delta
+            return W_OK
+        pos = rec_end
+    if e:
+        w.err.kind = e
+        w.err.i = i
+        return W_ERROR
+    return W_OK
+
+
+def keyless_offset(buf):
+    """The offset of the first record without a key in the v2 batches of ``buf``, or -1 (compacted
+    topics refuse such records). Batches must have passed validation; compressed ones are decompressed."""
+    cdef Py_buffer view
+    cdef Walk w
+    cdef const uint8_t *q
+    cdef const uint8_t *sp
+    cdef Py_ssize_t sn
+    cdef int r
+    cdef bytes section
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        memset(&w, 0, sizeof(Walk))
+        while w.pos + HEADER_SIZE <= view.len:
+            q = <const uint8_t *>view.buf + w.pos
+            w.base = pb_get64(q)
+            w.end = w.pos + LOG_OVERHEAD + pb_get32(q + 8)
+            if w.end > view.len or w.end < w.pos + HEADER_SIZE:
+                raise CorruptRecordError("truncated batch", w.base, w.pos)
+            w.attributes = pb_get16(q + 21)
+            w.count = pb_get32(q + 57)
+            w.stopped = -1
+            if w.attributes & 7:
+                section = bytes(decompress(w.attributes & 7, (<const char *>view.buf)[w.pos + HEADER_SIZE:w.end]))
+                sp, sn = <const uint8_t *>PyBytes_AS_STRING(section), PyBytes_GET_SIZE(section)
+            else:
+                sp, sn = q + HEADER_SIZE, w.end - w.pos - HEADER_SIZE
+            with nogil:
+                r = find_keyless(sp, sn, &w)
+            if r == W_ERROR:
+                raise CorruptRecordError(_reason(&w), w.base, w.pos)
+            if w.stopped >= 0:
+                return w.stopped
+            w.pos = w.end
+        return -1
+    finally:
+        PyBuffer_Release(&view)

@@ -218,10 +218,18 @@ def test_fetch_slice_outlives_the_deletion_of_its_segment(tmp_path):
         lg.read(0, 100)
 
 
-def test_cleanup_policy_delete_only():
+def test_cleanup_policy_values():
     assert LogConfig.from_properties({"cleanup.policy": "delete"}).cleanup_policy == "delete"
-    with pytest.raises(ValueError, match="compaction is not implemented"):
-        LogConfig.from_properties({"cleanup.policy": "compact"})
+    both = LogConfig.from_properties({"cleanup.policy": " compact , delete"})
+    assert both.cleanup_policy == "compact,delete" and both.compact and both.delete
+    for bad in ("compacted", "", "delete,delete"):
+        with pytest.raises(ValueError, match="cleanup.policy"):
+            LogConfig.from_properties({"cleanup.policy": bad})
+    for bad in ("1.5", "-0.1"):
+        with pytest.raises(ValueError, match="min.cleanable.dirty.ratio"):
+            LogConfig.from_properties({"min.cleanable.dirty.ratio": bad})
+    with pytest.raises(ValueError, match="max.compaction.lag.ms"):
+        LogConfig.from_properties({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
 
 
 def test_size_is_checked_before_the_crc(tmp_path):

@@ -119,8 +119,8 @@ class OffsetMap:
         self._size = 0
         self._latest = -1
 
-    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=()):
-        return _retain(self, buf, now_ms, new_horizon_ms, keep_empty)
+    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=(), end_offset: int = INT64_MAX):
+        return _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset)
 
     def add_batches(self, buf, start_offset, stop_offset) -> FillResult:
         start, stop = _offset(start_offset), _offset(stop_offset)
@@ -256,7 +256,7 @@ def _encode_record(p, start: int, end: int, ts_delta: int, ts_end: int) -> bytes
     return _zigzag(len(body)) + body
 
 
-def _retain(self, buf, now_ms, new_horizon_ms, keep_empty=()):
+def _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset):
     """See pybroker/contracts/offset_map.py: the batches of ``buf`` with only the records to keep."""
     from pybroker._pure.crc import crc32c
     from pybroker.compression import compress
@@ -296,6 +296,9 @@ def _retain(self, buf, now_ms, new_horizon_ms, keep_empty=()):
         try:
             for rec in _records(section, len(section), base, lod, count):
                 start, rec_end, ts_delta, ts_end, offset, key, is_tombstone = rec
+                if offset >= end_offset:  # from the map's end on: not cleaned yet, kept as it is
+                    kept.append(rec)
+                    continue
                 if key is None or offset < self.get(key):
                     continue
                 if is_tombstone:
@@ -334,3 +337,25 @@ def _retain(self, buf, now_ms, new_horizon_ms, keep_empty=()):
         pos = end
     return RetainResult(bytes(out), read, kept_records, batches, kept_batches)
 
+
+
+def keyless_offset(buf) -> int:
+    """The offset of the first record without a key in the v2 batches of ``buf``, or -1."""
+    view = memoryview(buf).cast("B")
+    pos = 0
+    while pos + HEADER_SIZE <= len(view):
+        (base, length, _, _, _, attrs, lod, _, _, _, _, _, count) = _HDR.unpack_from(view, pos)
+        end = pos + LOG_OVERHEAD + length
+        if end > len(view) or length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError("truncated batch", base, pos)
+        section = view[pos + HEADER_SIZE:end]
+        if attrs & 7:
+            section = memoryview(decompress(attrs & 7, section))
+        try:
+            for rec in _records(section, len(section), base, lod, count):
+                if rec[5] is None:
+                    return rec[4]
+        except _RecordError as exc:
+            raise CorruptRecordError(str(exc), base, pos) from None
+        pos = end
+    return -1

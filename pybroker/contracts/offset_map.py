@@ -26,11 +26,12 @@ full)``: ``full`` is True when it stopped at a keyed record whose new key did no
 otherwise ``next_offset = min(stop_offset, max(start_offset, end of the last batch walked))``.
 Aborted transactional batches are not recognised yet (the caller's job once the cleaner exists).
 
-``retain(buf, now_ms, new_horizon_ms, keep_empty=())`` is the cleaner's second pass over whole v2
-batches (a segment's bytes): it returns ``RetainResult(data, ...)`` where ``data`` holds the batches
-with only the records to keep. A keyed record is kept when its offset is at least the map's offset
-for its key (or the key is not in the map); records without a key go (as in Kafka's cleaner). A
-kept tombstone (null value) goes too once its batch carries a delete horizon (attribute bit 0x40,
+``retain(buf, now_ms, new_horizon_ms, keep_empty=(), end_offset=2**63-1)`` is the cleaner's second
+pass over whole v2 batches (a segment's bytes): it returns ``RetainResult(data, ...)`` where
+``data`` holds the batches with only the records to keep. Records at or after ``end_offset`` (the
+map's end: not cleaned yet) are kept as they are. Below it, a keyed record is kept when its offset is
+at least the map's offset for its key (or the key is not in the map); records without a key go (as in
+Kafka's cleaner). A kept tombstone (null value) goes too once its batch carries a delete horizon (attribute bit 0x40,
 KIP-534: the base timestamp then holds the horizon) that ``now_ms`` has passed; a batch that keeps a
 tombstone and has no horizon yet gets ``new_horizon_ms`` stamped (records' timestamp deltas are
 re-encoded against it, so every record keeps its timestamp). Control batches are copied. A batch
@@ -88,10 +89,13 @@ class OffsetMap(Protocol):
     def get(self, key) -> int: ...  # the key's offset, or -1
     def clear(self) -> None: ...
     def add_batches(self, buf, start_offset: int, stop_offset: int) -> FillResult: ...
-    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=()) -> RetainResult: ...
+    def retain(self, buf, now_ms: int, new_horizon_ms: int, keep_empty=(), end_offset: int = 2**63 - 1) -> RetainResult: ...
 
 
 @runtime_checkable
 class OffsetMapModule(Protocol):
     ENTRY_SIZE: int
     OffsetMap: type
+
+    # the offset of the first record without a key in validated v2 batches, or -1 (compacted topics refuse them)
+    def keyless_offset(self, buf) -> int: ...

@@ -5,8 +5,8 @@ offset/epoch/metadata/timestamps, codecs in records.py) to the group's partition
 chosen as Kafka does (``abs(groupId.hashCode()) % partitions``), and updates memory only after
 the append succeeded. A null value (tombstone) deletes an offset. The topic is created on first
 use, as Kafka does; at start every partition is read from its log start and replayed, last record
-wins. The topic keeps its records forever (retention.ms=-1): without log compaction, superseded
-commits stay until a future compactor.
+wins. The topic is compacted, as in Kafka: the log cleaner keeps the latest commit per key, and
+the tombstones of deleted or expired offsets remove them from disk once delete.retention.ms passed.
 """
 import logging
 import struct
@@ -21,7 +21,7 @@ from pybroker.records import Record, build_batch, decode_records
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}  # Kafka compacts instead; we keep all
+TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}  # Kafka's offsets.topic.segment.bytes
 READ_CHUNK = 1 << 20
 OFFSET_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms
 NOT_COORDINATOR = 16

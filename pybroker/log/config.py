@@ -19,7 +19,11 @@ class LogConfig:
     flush_ms: int = LONG_MAX                             # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588                     # max.message.bytes / message.max.bytes
     message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
-    cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy (no compaction yet)
+    cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy: delete, compact or both
+    min_cleanable_dirty_ratio: float = 0.5               # min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
+    min_compaction_lag_ms: int = 0                       # min.compaction.lag.ms / log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX                # max.compaction.lag.ms / log.cleaner.max.compaction.lag.ms
+    delete_retention_ms: int = 24 * 3600 * 1000          # delete.retention.ms / log.cleaner.delete.retention.ms
     min_insync_replicas: int = 1                         # min.insync.replicas (topic and broker level)
     leader_replication_throttled_replicas: str = ""      # leader.replication.throttled.replicas (topic only)
     follower_replication_throttled_replicas: str = ""    # follower.replication.throttled.replicas (topic only)
@@ -41,9 +45,30 @@ class LogConfig:
             if not THROTTLED_REPLICAS.fullmatch(getattr(self, name)):
                 raise ValueError(f"{TOPIC_NAMES[name]} must be \"*\" or partition:broker entries separated by "
                                  f"commas, got {getattr(self, name)!r}")
-        if self.cleanup_policy != "delete":
-            raise ValueError(f"cleanup.policy={self.cleanup_policy!r} is not supported: only 'delete' "
-                             "(log compaction is not implemented)")
+        policies = [p.strip() for p in self.cleanup_policy.split(",")]
+        if not all(p in ("delete", "compact") for p in policies) or len(set(policies)) != len(policies):
+            raise ValueError(f"Invalid value {self.cleanup_policy} for configuration cleanup.policy: "
+                             "String must be one of: compact, delete")
+        object.__setattr__(self, "cleanup_policy", ",".join(policies))
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError(f"Invalid value {self.min_cleanable_dirty_ratio} for configuration "
+                             "min.cleanable.dirty.ratio: Value must be between 0 and 1")
+        for name in ("min_compaction_lag_ms", "delete_retention_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{TOPIC_NAMES[name]} must not be negative")
+        if self.max_compaction_lag_ms < 1:
+            raise ValueError("max.compaction.lag.ms must be at least 1")
+        if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
+            raise ValueError("conflict topic config setting max.compaction.lag.ms "
+                             f"({self.max_compaction_lag_ms}) < min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_properties(cls, props: dict, base: "LogConfig | None" = None) -> "LogConfig":
@@ -55,6 +80,11 @@ class LogConfig:
                 raise ValueError(f"unknown log config {key!r}")
             if name in STRINGS:
                 values[name] = str(raw).strip()
+            elif name in FLOATS:
+                try:
+                    values[name] = float(raw)
+                except ValueError:
+                    raise ValueError(f"{key} must be a number, got {raw!r}") from None
             elif key == "log.retention.minutes":
                 values[name] = int(raw) * 60_000
             elif key == "log.retention.hours":
@@ -79,6 +109,10 @@ TOPIC_NAMES = {
     "max_message_bytes": "max.message.bytes",
     "message_timestamp_type": "message.timestamp.type",
     "cleanup_policy": "cleanup.policy",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
+    "min_compaction_lag_ms": "min.compaction.lag.ms",
+    "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "delete_retention_ms": "delete.retention.ms",
     "min_insync_replicas": "min.insync.replicas",
     "leader_replication_throttled_replicas": "leader.replication.throttled.replicas",
     "follower_replication_throttled_replicas": "follower.replication.throttled.replicas",
@@ -97,8 +131,13 @@ BROKER_NAMES = {
     "max_message_bytes": "message.max.bytes",
     "message_timestamp_type": "log.message.timestamp.type",
     "cleanup_policy": "log.cleanup.policy",
+    "min_cleanable_dirty_ratio": "log.cleaner.min.cleanable.ratio",
+    "min_compaction_lag_ms": "log.cleaner.min.compaction.lag.ms",
+    "max_compaction_lag_ms": "log.cleaner.max.compaction.lag.ms",
+    "delete_retention_ms": "log.cleaner.delete.retention.ms",
     "min_insync_replicas": "min.insync.replicas",
 }
+FLOATS = ("min_cleanable_dirty_ratio",)
 BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}
 BY_PROPERTY["log.retention.minutes"] = "retention_ms"
 BY_PROPERTY["log.retention.hours"] = "retention_ms"

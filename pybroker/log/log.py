@@ -8,15 +8,18 @@ durable; after an unclean shutdown only the segments from it onwards are re-vali
 """
 import bisect
 import logging
+import mmap
 import os
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from pybroker import core
 from pybroker.errors import (CorruptRecordError, OffsetOutOfRangeError, RecordListTooLargeError,
                              RecordTooLargeError)
+from pybroker.log import checkpoint
 from pybroker.log.config import LogConfig
 from pybroker.log.epochs import LeaderEpochCache
 from pybroker.log.segment import LogSegment
@@ -66,7 +69,7 @@ def now_ms() -> int:
 class Log:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
                  *, recovery_point: int = 0, log_start_offset: int = 0, clean: bool = True,
-                 flusher=None):
+                 flusher=None, first_dirty_offset: int = 0):
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -78,6 +81,10 @@ class Log:
         self.lock = threading.RLock()
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
+        # the log cleaner's checkpoint: segments below it may have been compacted (offset gaps)
+        self.first_dirty_offset = first_dirty_offset
+        self.last_batches_of_producers = None  # set by the replica layer: base offsets the cleaner keeps
+        self.closed = False
         os.makedirs(directory, exist_ok=True)
         self.epochs = LeaderEpochCache(directory)
         self.segments: list[LogSegment] = []
@@ -91,6 +98,7 @@ class Log:
     # ---- loading and recovery -------------------------------------------------------------
 
     def _load(self, clean: bool) -> None:
+        self._complete_swaps()
         names = sorted(os.listdir(self.directory))
         for name in names:
             if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
@@ -104,7 +112,9 @@ class Log:
             self.segments.append(LogSegment(self.directory, self.log_start_offset, self.config, active=True))
             return
         for i, base in enumerate(bases):
-            self.segments.append(LogSegment(self.directory, base, self.config, active=i == len(bases) - 1))
+            segment = LogSegment(self.directory, base, self.config, active=i == len(bases) - 1)
+            segment.gaps = base < self.first_dirty_offset
+            self.segments.append(segment)
         first_to_recover = len(self.segments)
         if not clean:
             starts = [s.base_offset for s in self.segments]
@@ -136,6 +146,64 @@ class Log:
         last = self.segments[-1]
         if not last.active:
             last.reactivate()
+
+    def _complete_swaps(self) -> None:
+        """Finish a cleaner swap cut short by a crash (Kafka's protocol).
+
+        A ``<base>.log.swap`` is a complete cleaned segment whose swap was decided: the segments it
+        replaces (every ``.log`` with a base offset within its offsets) go, then it becomes ``<base>.log``.
+        A ``.cleaned`` file was never decided and is simply removed by ``_load``.
+        """
+        for name in sorted(os.listdir(self.directory)):
+            if not name.endswith(".log.swap"):
+                continue
+            base = int(name.split(".")[0])
+            path = os.path.join(self.directory, name)
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                with (mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else nullcontext(b"")) as data:
+                    result = core.batch.scan(data, expected_offset=base, gaps=True)
+            end = max(result.next_offset, base + 1)
+            for other in os.listdir(self.directory):
+                stem, ext = os.path.splitext(other)
+                if ext == ".log" and stem.isdigit() and base <= int(stem) < end:
+                    for suffix in (".log", ".index", ".timeindex"):
+                        try:
+                            os.remove(os.path.join(self.directory, stem + suffix))
+                        except FileNotFoundError:
+                            pass
+            stem = os.path.join(self.directory, name[:-len(".log.swap")])
+            os.replace(path, stem + ".log")
+            for suffix in (".index", ".timeindex"):  # rebuilt at load
+                try:
+                    os.remove(stem + suffix + ".swap")
+                except FileNotFoundError:
+                    pass
+            log.warning("%s-%d: completed the cleaner's swap of %s", self.topic, self.partition, name)
+        checkpoint.fsync_dir(self.directory)
+
+    def replace_segments(self, new: LogSegment, old: list) -> bool:
+        """Swap a cleaned segment in for ``old`` (consecutive segments); False if the log changed meanwhile.
+
+        Crash-safe: ``.cleaned`` -> ``.swap`` decides the swap, the old files go, ``.swap`` -> ``.log``.
+        """
+        with self.lock:
+            if self.closed:
+                return False
+            try:
+                i = next(k for k, s in enumerate(self.segments) if s is old[0])
+            except StopIteration:
+                return False
+            if self.segments[i:i + len(old)] != old or i + len(old) >= len(self.segments):
+                return False  # truncated, deleted by retention, or would replace the active segment
+            new.rename_suffix(".swap")
+            checkpoint.fsync_dir(self.directory)
+            for gone in old:
+                gone.delete()
+            new.rename_suffix("")
+            checkpoint.fsync_dir(self.directory)
+            self.segments[i:i + len(old)] = [new]
+            return True
 
     def _drop_segments_from(self, i: int, why: str) -> None:
         log.warning("%s-%d: removing %d segments from %s: %s", self.topic, self.partition,
@@ -408,7 +476,7 @@ class Log:
         now = now_ms() if now is None else now
         with self.lock:
             deleted = 0
-            retention_ms = self.config.retention_ms
+            retention_ms = self.config.retention_ms if self.config.delete else -1  # compact only: kept
             if retention_ms >= 0:
                 while self._oldest_timestamp() < now - retention_ms:
                     if len(self.segments) == 1:
@@ -416,7 +484,7 @@ class Log:
                             break
                         self._roll()  # as Kafka: an expired active segment rolls, then goes
                     deleted += self._delete_oldest()
-            if self.config.retention_bytes >= 0:
+            if self.config.retention_bytes >= 0 and self.config.delete:
                 excess = self.size - self.config.retention_bytes
                 while len(self.segments) > 1 and excess >= self.segments[0].size:
                     excess -= self.segments[0].size
@@ -497,6 +565,7 @@ class Log:
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             for segment in self.segments:
                 segment.close()
 

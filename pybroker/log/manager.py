@@ -10,10 +10,12 @@ import logging
 import os
 import re
 import shutil
+from collections import defaultdict
 
 from pybroker.errors import LogDirError
 from pybroker.log import checkpoint
 from pybroker.log.config import LogConfig
+from pybroker.log.cleaner import CHECKPOINT as CLEANER_CHECKPOINT
 from pybroker.log.flusher import Flusher
 from pybroker.log.log import Log, now_ms
 
@@ -27,7 +29,8 @@ LOG_DIR_NAME = re.compile(r"^(.+)-(\d+)$")
 class LogManager:
     def __init__(self, log_dirs, config: LogConfig | None = None, *,
                  retention_check_interval_ms: int = 300_000, background: bool = True,
-                 writeback_bytes: int = 0):
+                 writeback_bytes: int = 0, cleaner=None):
+        """``cleaner``: CleanerSettings of the log cleaner (pybroker/log/cleaner.py); None: no cleaner."""
         if isinstance(log_dirs, str):
             log_dirs = [log_dirs]
         if not log_dirs:
@@ -44,6 +47,8 @@ class LogManager:
         self._background = background
         self._writeback_bytes = writeback_bytes
         self.flusher = None
+        self._cleaner_settings = cleaner
+        self.cleaner = None
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -58,6 +63,11 @@ class LogManager:
             for lg in self.logs.values():
                 lg.flusher = self.flusher
             self.flusher.start()
+        if self._cleaner_settings is not None:
+            from pybroker.log.cleaner import LogCleaner
+            self.cleaner = LogCleaner(self, self._cleaner_settings)
+            if self._background:
+                self.cleaner.start()
         return self
 
     def _prepare_dir(self, d: str) -> None:
@@ -94,6 +104,9 @@ class LogManager:
         if recovery is None:  # unreadable recovery points: every segment must be re-validated
             clean, recovery = False, {}
         starts = self._read_checkpoint(d, checkpoint.LOG_START) or {}
+        dirty = self._read_checkpoint(d, CLEANER_CHECKPOINT)
+        if dirty is None:  # unknown: any segment may have been compacted, so recovery allows offset gaps
+            dirty = defaultdict(lambda: 2**63 - 1)
         self.loaded_high_watermarks.update(self._read_checkpoint(d, checkpoint.REPLICATION) or {})
         for name in sorted(os.listdir(d)):
             m = LOG_DIR_NAME.match(name)
@@ -104,7 +117,8 @@ class LogManager:
             if tp in self.logs:
                 raise LogDirError(f"partition {tp[0]}-{tp[1]} found in two log dirs")
             self.logs[tp] = Log(path, tp[0], tp[1], self.config, recovery_point=recovery.get(tp, 0),
-                                log_start_offset=starts.get(tp, 0), clean=clean)
+                                log_start_offset=starts.get(tp, 0), clean=clean,
+                                first_dirty_offset=dirty.get(tp, 0))
         if os.path.exists(marker):
             os.remove(marker)  # from now on a crash must be detectable
             checkpoint.fsync_dir(d)
@@ -129,6 +143,8 @@ class LogManager:
             lg.close()
             shutil.rmtree(lg.directory, ignore_errors=True)
         self.high_watermarks.pop((topic, partition), None)
+        if self.cleaner is not None:
+            self.cleaner.forget(topic, partition)
 
     # ---- background work ------------------------------------------------------------------
 
@@ -156,6 +172,8 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints, close the logs, then mark the shutdown clean."""
+        if self.cleaner is not None:
+            self.cleaner.stop()
         if self.flusher is not None:
             self.flusher.stop()
         for lg in self.logs.values():

@@ -29,14 +29,14 @@ def file_stem(base_offset: int) -> str:
 class LogSegment:
     """A ``.log`` file and its two indexes. Not thread-safe: the owning Log serialises access."""
 
-    def __init__(self, directory: str, base_offset: int, config: LogConfig, active: bool):
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, active: bool, suffix: str = ""):
+        """``suffix``: the log cleaner writes a new segment as ``<base>.log.cleaned`` (and its indexes)."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        stem = os.path.join(directory, file_stem(base_offset))
-        self.log_path = stem + ".log"
-        self.index_path = stem + ".index"
-        self.timeindex_path = stem + ".timeindex"
+        self.suffix = suffix
+        self._set_paths(suffix)
+        self.gaps = bool(suffix)  # rewritten by the log cleaner: offsets may skip (recovery must allow it)
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         # Fetch slices keep this object (and so the fd) alive after a segment is deleted.
         self.file = io.FileIO(fd, "r+", closefd=True)
@@ -66,6 +66,20 @@ class LogSegment:
                 if os.path.exists(path):
                     os.remove(path)
             self._open_indexes(writable=True)
+
+    def _set_paths(self, suffix: str) -> None:
+        stem = os.path.join(self.directory, file_stem(self.base_offset))
+        self.log_path = stem + ".log" + suffix
+        self.index_path = stem + ".index" + suffix
+        self.timeindex_path = stem + ".timeindex" + suffix
+        self.suffix = suffix
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the three files (``.cleaned`` -> ``.swap`` -> none, the cleaner's swap); open files stay valid."""
+        old = (self.log_path, self.index_path, self.timeindex_path)
+        self._set_paths(suffix)
+        for src, dst in zip(old, (self.log_path, self.index_path, self.timeindex_path)):
+            os.replace(src, dst)
 
     @property
     def fd(self) -> int:
@@ -133,7 +147,8 @@ class LogSegment:
     def recover(self) -> int:
         """Re-validate every batch, cut the log at the first bad one and rebuild both indexes.
 
-        Returns the number of bytes truncated (0 when the whole segment was valid).
+        Offsets may skip where ``gaps`` (the log cleaner rewrote the segment). Returns the number
+        of bytes truncated (0 when the whole segment was valid).
         """
         self._close_indexes()
         for path in (self.index_path, self.timeindex_path):
@@ -145,7 +160,7 @@ class LogSegment:
         if self.size:
             with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as view:
                 result = core.batch.scan(view, index_interval=self.config.index_interval_bytes,
-                                         expected_offset=self.base_offset)
+                                         expected_offset=self.base_offset, gaps=self.gaps)
         else:
             result = None
         truncated = 0

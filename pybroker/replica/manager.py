@@ -156,6 +156,11 @@ class ReplicaManager:
         self.partitions.pop((topic, partition), None)
         self.log_manager.delete_log(topic, partition)
 
+    def high_watermark_of(self, topic: str, partition: int) -> int | None:
+        """The partition's high watermark (None when it is not hosted here); any thread may ask."""
+        p = self.partitions.get((topic, partition))
+        return None if p is None else p.high_watermark
+
     def start(self) -> None:
         self._isr_task = asyncio.get_running_loop().create_task(self._maintain_isr_forever())
 

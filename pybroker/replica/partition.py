@@ -11,7 +11,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from pybroker.errors import BrokerError, OffsetOutOfRangeError
+from pybroker import core
+from pybroker.errors import BrokerError, InvalidRecordError, OffsetOutOfRangeError
 from pybroker.records import decode_records
 from pybroker.replica.producer_state import ProducerStateManager
 
@@ -79,6 +80,7 @@ class Partition:
         self.isr_change_in_flight = False
         self.producers = ProducerStateManager(log.directory)
         self.producers.load(log)
+        log.last_batches_of_producers = self.producers.last_batch_offsets  # kept by the log cleaner
         end = log.log_end_offset
         self.high_watermark = end if high_watermark is None else max(min(high_watermark, end), log.log_start_offset)
 
@@ -153,6 +155,8 @@ class Partition:
         if required_acks == -1 and len(self.isr) < self.min_isr:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
+        if self.log.config.compact:
+            self._check_keys(batches)
         for _, info in batches:  # duplicates are answered with their first append's offsets
             if info.producer_id >= 0:
                 duplicate = self.producers.check(info)
@@ -227,6 +231,13 @@ class Partition:
             if epoch == self.leader_epoch:
                 return start
         return self.log_end_offset
+
+    def _check_keys(self, batches) -> None:
+        """A compacted topic keeps the latest record per key: a record without one is refused (Kafka's rule)."""
+        for view, _ in batches:
+            if core.offset_map.keyless_offset(view) >= 0:
+                raise InvalidRecordError("Compacted topic cannot accept message without key in topic "
+                                         f"partition {self.topic}-{self.index}.")
 
     # ---- follower ---------------------------------------------------------------------------
 

@@ -87,6 +87,10 @@ class ProducerStateManager:
         entry.batches.append((info.base_sequence, last_seq, first_offset, last_offset))
         entry.last_timestamp = timestamp
 
+    def last_batch_offsets(self) -> set[int]:
+        """Base offsets of each producer's last batch: the log cleaner keeps them, even empty."""
+        return {e.batches[-1][2] for e in list(self.producers.values()) if e.batches}
+
     def truncate(self) -> None:
         self.producers.clear()
 
