@@ -21,6 +21,7 @@ from pybroker.coordinator.coordinator import GroupCoordinator
 from pybroker.coordinator.offsets import OffsetStore
 from pybroker.errors import BrokerError
 from pybroker.log import LogManager
+from pybroker.log.cleaner import CleanerSettings
 from pybroker.log.config import LogConfig
 from pybroker.metrics import BrokerMetrics
 from pybroker.net.server import Server
@@ -72,8 +73,11 @@ class Broker:
         self.readiness = "recovering logs"
         self.log_manager = LogManager(list(cfg.log_dirs), cfg.log,
                                       retention_check_interval_ms=cfg.log_retention_check_interval_ms,
-                                      writeback_bytes=cfg.log_writeback_bytes).startup()
+                                      writeback_bytes=cfg.log_writeback_bytes,
+                                      cleaner=CleanerSettings.from_broker(cfg)).startup()
         self.replicas = ReplicaManager(cfg.node_id, self.log_manager, cfg.replica_lag_time_max_ms)
+        if self.log_manager.cleaner is not None:  # the cleaner never passes a partition's high watermark
+            self.log_manager.cleaner.high_watermark = self.replicas.high_watermark_of
         await self._start_listeners()
         for server in self.servers if self.metrics is not None else ():
             server.on_response_written = self.metrics.response_written  # request timing

@@ -86,12 +86,21 @@ _INTS = {
     "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", 1, INT_MAX),
     "quota.window.num": ("quota_window_num", 1, INT_MAX),
     "quota.window.size.seconds": ("quota_window_size_seconds", 1, INT_MAX),
+    "log.cleaner.threads": ("log_cleaner_threads", 0, INT_MAX),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", 0, LONG_MAX),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 0, LONG_MAX),
+}
+# key -> (field, minimum, maximum) for decimal keys of BrokerConfig
+_FLOATS = {
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", 0.0, float("inf")),
+    "log.cleaner.io.buffer.load.factor": ("log_cleaner_io_buffer_load_factor", 1e-9, 1.0),
 }
 _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "delete.topic.enable": "delete_topic_enable",
           "unclean.leader.election.enable": "unclean_leader_election_enable",
           "controlled.shutdown.enable": "controlled_shutdown_enable",
-          "auto.leader.rebalance.enable": "auto_leader_rebalance_enable"}
+          "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+          "log.cleaner.enable": "log_cleaner_enable"}
 # broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
 _LOG_INTS = {
     "log.segment.bytes": (14, INT_MAX),
@@ -107,13 +116,16 @@ _LOG_INTS = {
     "log.index.size.max.bytes": (12, INT_MAX),  # Kafka allows 4; one time-index entry needs 12
     "message.max.bytes": (0, INT_MAX),
     "min.insync.replicas": (1, INT_MAX),
+    "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
+    "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),
+    "log.cleaner.delete.retention.ms": (0, LONG_MAX),
 }
 _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map",
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
             "inter.broker.listener.name", "metrics.listener")
-SUPPORTED = frozenset(_INTS) | frozenset(_BOOLS) | frozenset(_LOG_INTS) | frozenset(_STRINGS)
+SUPPORTED = frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
 
 
 class ConfigError(ValueError):
@@ -182,6 +194,12 @@ class BrokerConfig:
     log_level: str = "INFO"
     zookeeper_connect: str | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of /metrics and /health; None: off
+    log_cleaner_enable: bool = True  # the log cleaner (pybroker/log/cleaner.py) compacts cleanup.policy=compact logs
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # shared by the cleaner threads
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15000
     log: LogConfig = field(default_factory=LogConfig)
     raw: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     ignored: tuple[str, ...] = ()
@@ -248,6 +266,9 @@ class BrokerConfig:
         for key, (name, lo, hi) in _INTS.items():
             if key in raw:
                 values[name] = parse_int(key, raw[key], lo, hi)
+        for key, (name, lo, hi) in _FLOATS.items():
+            if key in raw:
+                values[name] = parse_float(key, raw[key], lo, hi)
         for key, name in _BOOLS.items():
             if key in raw:
                 values[name] = parse_bool(key, raw[key])
@@ -297,6 +318,8 @@ class BrokerConfig:
 
         for key, (name, _, _) in _INTS.items():
             put(key, str(getattr(self, name)), *(("node.id", "broker.id") if key == "node.id" else ()))
+        for key, (name, _, _) in _FLOATS.items():
+            put(key, repr(getattr(self, name)))
         for key, name in _BOOLS.items():
             put(key, "true" if getattr(self, name) else "false")
         put("broker.id", str(self.node_id), "node.id", "broker.id")
@@ -338,6 +361,16 @@ def parse_int(key: str, value: str, lo: int, hi: int) -> int:
         allowed = f"at least {lo}" if n < lo and hi in (INT_MAX, LONG_MAX) else f"between {lo} and {hi}"
         raise ConfigError(f"{key}={value!r}: must be {allowed}", key)
     return n
+
+
+def parse_float(key: str, value: str, lo: float, hi: float) -> float:
+    try:
+        x = float(value.strip())
+    except ValueError:
+        raise ConfigError(f"{key}={value!r}: expected a number", key) from None
+    if not lo <= x <= hi or x != x:
+        raise ConfigError(f"{key}={value!r}: must be between {lo} and {hi}", key)
+    return x
 
 
 def parse_bool(key: str, value: str) -> bool:
@@ -499,6 +532,9 @@ def _log_config(raw: Mapping[str, str]) -> LogConfig:
         values["message_timestamp_type"] = ts
     if "log.cleanup.policy" in raw:
         values["cleanup_policy"] = raw["log.cleanup.policy"].strip()
+    if "log.cleaner.min.cleanable.ratio" in raw:
+        values["min_cleanable_dirty_ratio"] = parse_float("log.cleaner.min.cleanable.ratio",
+                                                          raw["log.cleaner.min.cleanable.ratio"], 0.0, 1.0)
     try:
         return LogConfig(**values)
     except ValueError as exc:

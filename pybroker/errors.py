@@ -27,6 +27,15 @@ class InvalidRecordError(CorruptRecordError):
     code = 87  # INVALID_RECORD
 
 
+class KeylessRecordError(InvalidRecordError):
+    """A record without a key sent to a compacted topic; the message is Kafka's."""
+
+    def __init__(self, topic: str, partition: int):
+        BrokerError.__init__(self, "Compacted topic cannot accept message without key in topic partition "
+                                   f"{topic}-{partition}.")
+        self.reason, self.offset, self.position = str(self), -1, -1
+
+
 class RecordTooLargeError(BrokerError):
     code = 10  # MESSAGE_TOO_LARGE
 

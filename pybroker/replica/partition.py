@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from pybroker import core
-from pybroker.errors import BrokerError, InvalidRecordError, OffsetOutOfRangeError
+from pybroker.errors import BrokerError, KeylessRecordError, OffsetOutOfRangeError
 from pybroker.records import decode_records
 from pybroker.replica.producer_state import ProducerStateManager
 
@@ -236,8 +236,7 @@ class Partition:
         """A compacted topic keeps the latest record per key: a record without one is refused (Kafka's rule)."""
         for view, _ in batches:
             if core.offset_map.keyless_offset(view) >= 0:
-                raise InvalidRecordError("Compacted topic cannot accept message without key in topic "
-                                         f"partition {self.topic}-{self.index}.")
+                raise KeylessRecordError(self.topic, self.index)
 
     # ---- follower ---------------------------------------------------------------------------
 
