@@ -261,6 +261,12 @@ class Broker:
         if self.replicas.fetchers is not None:
             self.replicas.fetchers.follower_quota.rate = values["follower.replication.throttled.rate"]
             self.replicas.fetchers.resize(values["num.replica.fetchers"])
+        if self.log_manager.cleaner is not None:
+            self.log_manager.cleaner.reconfigure(dataclasses.replace(
+                self.log_manager.cleaner.settings, threads=values["log.cleaner.threads"],
+                dedupe_buffer_size=values["log.cleaner.dedupe.buffer.size"],
+                backoff_ms=values["log.cleaner.backoff.ms"],
+                io_max_bytes_per_second=values["log.cleaner.io.max.bytes.per.second"]))
         self._apply_log_defaults(values.get("log", {}))
 
     def _apply_log_defaults(self, overrides: dict) -> None:

@@ -188,6 +188,24 @@ def test_policy_and_cleaner_configs_change_live(broker_factory):
         f.result(10)
     configs = list(admin.describe_configs([ConfigResource("topic", "switch")]).values())[0].result(10)
     assert configs["delete.retention.ms"].value == "1234"
+    # the cleaner's own settings change live too
+    cleaner_res = ConfigResource("broker", "0", incremental_configs=[])
+    for key, value in (("log.cleaner.threads", "2"), ("log.cleaner.io.max.bytes.per.second", "5000000.5"),
+                       ("log.cleaner.dedupe.buffer.size", str(8 << 20))):
+        cleaner_res.add_incremental_config(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+    for f in admin.incremental_alter_configs([cleaner_res]).values():
+        f.result(10)
+    assert wait_until(lambda: "log cleaner restarting with 2 threads and a 8388608-byte dedupe buffer" in b.stderr())
+    shown = list(admin.describe_configs([ConfigResource("broker", "0")]).values())[0].result(10)
+    assert shown["log.cleaner.threads"].value == "2"
+    assert float(shown["log.cleaner.io.max.bytes.per.second"].value) == 5000000.5
+    bad = ConfigResource("broker", "0", incremental_configs=[])
+    bad.add_incremental_config(ConfigEntry("log.cleaner.threads", "-1", incremental_operation=AlterConfigOpType.SET))
+    with pytest.raises(Exception, match="INVALID_CONFIG|must be an integer"):
+        list(admin.incremental_alter_configs([bad]).values())[0].result(10)
+    acked2 = produce_keyed(b.bootstrap, "switch", [(b"k%d" % (i % 3), b"w%d" % i, []) for i in range(300)])
+    push_out_of_active_segment(b.bootstrap, "switch", 2048)
+    wait_cleaned(b, "switch", acked2[-1][0] + 1)  # the restarted threads clean
 
 
 def test_idempotent_producer_still_deduplicates_after_its_batches_were_cleaned(broker_factory):

@@ -113,7 +113,8 @@ def test_static_keys_and_bad_values_get_kafkas_errors(broker):
     assert code == INVALID_REQUEST and message.startswith("Cannot update these configs dynamically: log.dirs, num.partitions")
     assert inc_alter(p, "0", {"log.segment.bytes": "5"})[0] == INVALID_CONFIG
     assert inc_alter(p, "0", {"log.retention.ms": "soon"})[0] == INVALID_CONFIG
-    assert inc_alter(p, "0", {"log.cleanup.policy": "compact"})[0] == INVALID_CONFIG
+    assert inc_alter(p, "0", {"log.cleanup.policy": "compacted"})[0] == INVALID_CONFIG
+    assert inc_alter(p, "0", {"log.cleaner.min.cleanable.ratio": "2"})[0] == INVALID_CONFIG
     assert inc_alter(p, "", {"leader.replication.throttled.rate": "-1"})[0] == INVALID_CONFIG
     assert inc_alter(p, "7", {"log.retention.ms": "1000"})[0] == INVALID_REQUEST  # another broker's id
     assert inc_alter(p, "0", {"log.cleanup.policy": "delete"}) == (0, None)

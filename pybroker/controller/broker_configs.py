@@ -6,7 +6,8 @@ ZooKeeper as Kafka keeps them (``/config/brokers/<id>``, ``/config/brokers/<defa
 every broker (``DynamicBrokerConfigs``); a single node keeps them in ``dynamic-broker-configs.json``
 in its first log dir, written atomically (``LocalDynamicBrokerConfigs``).
 
-The keys that may change live: Kafka's replication throttle rates, and the ``log.*`` topic defaults
+The keys that may change live: Kafka's replication throttle rates, ``num.replica.fetchers``, the
+log cleaner's threads, dedupe buffer, backoff and I/O rate, and the ``log.*`` topic defaults
 that exist here (``LOG_KEYS``: retention, segment size and roll time, flush intervals,
 message.max.bytes, ...), applied to open logs whose topics do not override them. Any other key is
 static: INVALID_REQUEST "Cannot update these configs dynamically: ..."; a bad value is INVALID_CONFIG.
@@ -29,8 +30,13 @@ DYNAMIC = {  # key -> default
     # kept and shown, but inert: no replica moves between log dirs here (Kafka's tools clear it with the others)
     "replica.alter.log.dirs.io.max.bytes.per.second": LONG_MAX,
     "num.replica.fetchers": None,  # None: the static config's value
+    "log.cleaner.threads": None,
+    "log.cleaner.dedupe.buffer.size": None,
+    "log.cleaner.backoff.ms": None,
+    "log.cleaner.io.max.bytes.per.second": None,
 }
 AT_LEAST_ONE = ("num.replica.fetchers",)
+DECIMALS = ("log.cleaner.io.max.bytes.per.second",)  # every other dynamic key is an integer
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3  # DescribeConfigs sources
 # the broker-level log defaults Kafka lets you change live and that exist here
 LOG_KEYS = frozenset(BROKER_NAMES.values()) | {"log.retention.minutes", "log.retention.hours"}
@@ -54,11 +60,13 @@ def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | No
         if value is None or key in LOG_KEYS:
             continue
         least = 1 if key in AT_LEAST_ONE else 0
+        kind = float if key in DECIMALS else int
         try:
-            if int(value) < least:
+            if not kind(value) >= least:
                 raise ValueError
         except ValueError:
-            raise InvalidBrokerConfigError(f"{key} must be an integer of at least {least}, got {value!r}") from None
+            raise InvalidBrokerConfigError(f"{key} must be {'a number' if kind is float else 'an integer'} "
+                                           f"of at least {least}, got {value!r}") from None
     if merged_log:
         try:
             LogConfig.from_properties(merged_log, base=base)
@@ -101,7 +109,7 @@ class DynamicBrokerConfigs:
         """{key: int value} for every dynamic key: this broker's, else the default's, else Kafka's
         default; and under "log" the dynamic log defaults {key: value} (the broker's over the default's)."""
         mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
-        out = {k: int(mine.get(k, default.get(k, self._default(k)))) for k in DYNAMIC}
+        out = {k: (float if k in DECIMALS else int)(mine.get(k, default.get(k, self._default(k)))) for k in DYNAMIC}
         out["log"] = {k: v for k, v in {**default, **mine}.items() if k in LOG_KEYS}
         return out
 
@@ -147,7 +155,7 @@ class DynamicBrokerConfigs:
             if value is None:
                 current.pop(key, None)
             else:
-                current[key] = str(value).strip() if key in LOG_KEYS else str(int(value))
+                current[key] = str(value).strip() if key in LOG_KEYS else str((float if key in DECIMALS else int)(value))
         others = [c for e, c in self.entities.items() if e != entity]
         merged = {k: v for c in others + [current] for k, v in c.items() if k in LOG_KEYS}
         validate({}, merged, self.static_log)

@@ -271,6 +271,8 @@ class LogCleaner:
         self._lock = threading.Lock()
         self._in_progress: set = set()
         self._threads: list[threading.Thread] = []
+        self._throttlers: list[Throttler] = []
+        self._restarting = threading.Lock()
         self.first_dirty: dict[tuple[str, int], int] = {}
         for d in manager.log_dirs:
             self.first_dirty.update(read_checkpoint(d))
@@ -282,8 +284,10 @@ class LogCleaner:
         if not self.settings.enable or self.settings.threads < 1:
             return self
         per_thread = max(self.settings.dedupe_buffer_size // self.settings.threads, 1 << 20)
+        self._stopping = threading.Event()
         for i in range(self.settings.threads):
             throttler = Throttler(self.settings.io_max_bytes_per_second, self._stopping)
+            self._throttlers.append(throttler)
             cleaner = Cleaner(per_thread, self.settings.load_factor, throttler)
             t = threading.Thread(target=self._run, args=(cleaner,), name=f"pybroker-cleaner-{i}", daemon=True)
             t.start()
@@ -296,6 +300,25 @@ class LogCleaner:
         for t in self._threads:
             t.join(timeout=30)
         self._threads.clear()
+        self._throttlers.clear()
+
+    def reconfigure(self, settings: CleanerSettings) -> None:
+        """Dynamic broker configs: the I/O rate and backoff apply at once; new thread counts or
+        buffer sizes restart the threads (off the caller's thread, after their current cleaning)."""
+        old, self.settings = self.settings, settings
+        for throttler in self._throttlers:
+            throttler.rate = settings.io_max_bytes_per_second
+        if (old.enable, old.threads, old.dedupe_buffer_size, old.load_factor) != \
+                (settings.enable, settings.threads, settings.dedupe_buffer_size, settings.load_factor):
+            threading.Thread(target=self._restart, name="pybroker-cleaner-restart", daemon=True).start()
+        self.wake()
+
+    def _restart(self) -> None:
+        with self._restarting:
+            self.stop()
+            log.info("log cleaner restarting with %d threads and a %d-byte dedupe buffer",
+                     self.settings.threads, self.settings.dedupe_buffer_size)
+            self.start()
 
     def wake(self) -> None:
         """Look for work now (a config change, a test) instead of after the backoff."""
