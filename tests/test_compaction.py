@@ -90,7 +90,10 @@ def latest_per_key(acked) -> dict:
 
 
 def test_latest_value_per_key_survives_cleaning_for_every_client(broker_factory):
-    b = broker_factory(FAST_CLEANER)
+    from tests.cluster import free_ports
+    from tests.test_metrics import scrape, value
+    metrics_port, = free_ports(1)
+    b = broker_factory({**FAST_CLEANER, "metrics.listener": f"http://127.0.0.1:{metrics_port}"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("changelog", 1, 1, config=COMPACT)])["changelog"].result(10)
     items = [(b"k%d" % (i % 25), b"v%d" % i, [("n", b"%d" % i)]) for i in range(1500)]
@@ -113,11 +116,16 @@ def test_latest_value_per_key_survives_cleaning_for_every_client(broker_factory)
     # kafka-python and aiokafka read the same compacted log (offset gaps, batches with fewer records)
     kp = kafka_python_read(b.bootstrap, "changelog", end)
     assert kp == [(r[0], r[1], r[2]) for r in got if r[0] < end]
+    assert own_client_read(b.bootstrap, "changelog", end) == kp
     describe = subprocess.run([sys.executable, "-m", "pybroker", "topics", "--bootstrap-server", b.bootstrap,
                                "--describe", "--topic", "changelog"], capture_output=True, text=True, cwd=ROOT,
                               timeout=60)
     assert "cleanup.policy=compact" in describe.stdout, describe.stdout + describe.stderr
     assert "cleaned log topic=changelog" in b.stderr()
+    samples = scrape(metrics_port)
+    assert value(samples, "pybroker_log_cleaner_runs_total") >= 1
+    assert value(samples, "pybroker_log_cleaner_read_bytes_total") > value(samples, "pybroker_log_cleaner_written_bytes_total") > 0
+    assert 0 < value(samples, "kafka_log_logcleaner_max_buffer_utilization_percent") < 100
 
 
 def kafka_python_read(bootstrap: str, topic: str, end: int) -> list:
@@ -133,6 +141,18 @@ def kafka_python_read(bootstrap: str, topic: str, end: int) -> list:
         for recs in c.poll(timeout_ms=500).values():
             out += [(r.offset, r.key, r.value) for r in recs if r.offset < end]
     c.close()
+    return out
+
+
+def own_client_read(bootstrap: str, topic: str, end: int) -> list:
+    from pybroker.client import Consumer as OwnConsumer
+    out = []
+    with OwnConsumer({"bootstrap.servers": bootstrap, "group.id": "own-reader", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False}) as c:
+        c.assign([(topic, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and c.position((topic, 0)) < end:
+            out += [(r.offset, r.key, r.value) for r in c.poll(timeout_ms=500) if r.offset < end]
     return out
 
 

@@ -276,7 +276,13 @@ class LogCleaner:
         self.first_dirty: dict[tuple[str, int], int] = {}
         for d in manager.log_dirs:
             self.first_dirty.update(read_checkpoint(d))
+        # what /metrics shows (Kafka's LogCleaner and LogCleanerManager gauges)
         self.runs = 0
+        self.bytes_read = self.bytes_written = 0
+        self.last_stats: CleanStats | None = None
+        self.last_run_monotonic = time.monotonic()
+        self.max_dirty_percent = 0.0
+        self.buffer_utilization_percent = 0.0
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -361,6 +367,7 @@ class LogCleaner:
                     best = c
             if best is not None:
                 self._in_progress.add((best.log.topic, best.log.partition))
+                self.max_dirty_percent = 100.0 * best.ratio
         return best
 
     @staticmethod
@@ -391,6 +398,10 @@ class LogCleaner:
             with self._lock:
                 self._in_progress.discard(tp)
         self.runs += 1
+        self.bytes_read += stats.bytes_read
+        self.bytes_written += stats.bytes_written
+        self.last_stats, self.last_run_monotonic = stats, time.monotonic()
+        self.buffer_utilization_percent = 100.0 * stats.keys / max(cleaner.offset_map.limit, 1)
         secs = max(stats.seconds, 1e-9)
         log.info("cleaned log topic=%s partition=%d dirty_ratio=%.3f first_dirty=%d next_dirty=%d "
                  "segments_in=%d segments_out=%d bytes_read=%d bytes_written=%d records_read=%d "

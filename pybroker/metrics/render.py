@@ -8,6 +8,8 @@ real histograms (``_bucket``/``_sum``/``_count``, milliseconds) rather than the 
 percentile gauges. Consumer-group lag uses kafka-lag-exporter's names. Gauges are read from the
 replica manager, controller and group coordinator here, never maintained on the request path.
 """
+import time
+
 from pybroker import __version__
 from pybroker.metrics.counters import TIME_BUCKETS_MS, Histogram
 from pybroker.metrics.process import process_stats
@@ -96,6 +98,7 @@ def render(broker) -> str:
     if broker.replicas is not None:
         _replicas(out, broker, m)
         _logs(out, broker)
+    _cleaner(out, broker)
     _controller(out, broker)
     if broker.coordinator is not None:
         _groups(out, broker)
@@ -168,6 +171,28 @@ def _logs(out, broker) -> None:
                    [({"topic": p.topic, "partition": p.index}, value(p)) for p in parts])
     out.family("kafka_cluster_partition_highwatermark", "gauge", "The partition's high watermark here.",
                [({"topic": p.topic, "partition": p.index}, p.high_watermark) for p in parts])
+
+
+def _cleaner(out, broker) -> None:
+    cleaner = getattr(broker.log_manager, "cleaner", None) if broker.log_manager is not None else None
+    if cleaner is None:
+        return
+    last = cleaner.last_stats
+    for name, help_text, value in (
+            ("logcleaner_max_clean_time_secs", "Seconds the last cleaning took.", last.seconds if last else 0),
+            ("logcleaner_cleaner_recopy_percent", "Bytes written as a percentage of bytes read by the last cleaning.",
+             100.0 * last.bytes_written / last.bytes_read if last and last.bytes_read else 0),
+            ("logcleaner_max_buffer_utilization_percent", "Keys in the dedupe map at the last cleaning, percent of its capacity.",
+             cleaner.buffer_utilization_percent),
+            ("logcleanermanager_max_dirty_percent", "Dirty ratio of the log the cleaner last picked, percent.",
+             cleaner.max_dirty_percent),
+            ("logcleanermanager_time_since_last_run_ms", "Milliseconds since the last cleaning finished.",
+             int((time.monotonic() - cleaner.last_run_monotonic) * 1000))):
+        out.family(f"kafka_log_{name}", "gauge", help_text, [({}, value)])
+    for name, help_text, value in (("runs", "Cleanings finished.", cleaner.runs),
+                                   ("read_bytes", "Log bytes the cleaner read.", cleaner.bytes_read),
+                                   ("written_bytes", "Bytes the cleaner wrote.", cleaner.bytes_written)):
+        out.family(f"pybroker_log_cleaner_{name}_total", "counter", help_text, [({}, value)])
 
 
 def _controller(out, broker) -> None:
