@@ -314,3 +314,28 @@ def test_reads_during_cleaning_always_see_whole_valid_batches(tmp_path):
     assert not problems, problems[:5]
     assert reads[0] > 100
     m.shutdown()
+
+
+def test_min_and_max_compaction_lag(tmp_path):
+    """Records younger than min.compaction.lag.ms stay dirty; max.compaction.lag.ms forces a cleaning
+    below min.cleanable.dirty.ratio and rolls an old active segment so that it can be cleaned."""
+    config = LogConfig(cleanup_policy="compact", segment_bytes=1_000_000, retention_ms=-1,
+                       min_cleanable_dirty_ratio=1.0, min_compaction_lag_ms=1000, delete_retention_ms=0)
+    m = open_manager(str(tmp_path), config)
+    lg = m.get_or_create_log("t", 0, config)
+    for ts in (10_000, 10_001, 20_000):
+        lg.append(build_batch([Record(b"v%d" % ts, b"k", timestamp=ts)]))
+        lg.roll()
+    cleaner = new_cleaner()
+    assert not m.cleaner.clean_once(cleaner, now=20_500)  # ratio 1.0 needs every byte dirty... and is lagged
+    lg.update_config(LogConfig(**{**config.__dict__, "min_cleanable_dirty_ratio": 0.0}))
+    assert m.cleaner.clean_once(cleaner, now=20_500)
+    # the segment with ts 20000 is younger than the lag at 20500: only the first two were cleaned
+    assert m.cleaner.first_dirty[("t", 0)] == 2
+    assert sorted(records_on_disk(lg)) == [1, 2]
+    lg.update_config(LogConfig(**{**config.__dict__, "min_cleanable_dirty_ratio": 1.0, "min_compaction_lag_ms": 0,
+                                   "max_compaction_lag_ms": 5_000}))
+    lg.append(build_batch([Record(b"late", b"k", timestamp=21_000)]))  # in the active segment
+    assert m.cleaner.clean_once(cleaner, now=30_000)  # overdue: cleaned below the ratio, active rolled
+    assert sorted(records_on_disk(lg)) == [3]
+    m.shutdown()

@@ -4,7 +4,7 @@ A log is the clean part (already compacted), the dirty part (written since the l
 the ``cleaner-offset-checkpoint``) and the part that may not be cleaned yet: the active segment,
 anything at or above the high watermark, and segments younger than ``min.compaction.lag.ms``. A
 cleaner thread repeatedly picks the log with the highest dirty ratio (dirty bytes / cleanable
-bytes) at or above ``min.cleanable.dirty.ratio`` (or one whose dirty records passed
+bytes) above ``min.cleanable.dirty.ratio`` (or one whose dirty records passed
 ``max.compaction.lag.ms``), then:
 
 1. builds the key -> last offset map over the dirty part (``OffsetMap.add_batches``, native, no
@@ -361,7 +361,7 @@ class LogCleaner:
                 self._maybe_roll(lg, now)
                 hw = self.high_watermark(*tp) if self.high_watermark else None
                 c = cleanable(lg, self.first_dirty.get(tp, 0), lg.log_end_offset if hw is None else hw, now)
-                if not c.dirty_bytes or not (c.overdue or c.ratio >= lg.config.min_cleanable_dirty_ratio):
+                if not c.dirty_bytes or not (c.overdue or c.ratio > lg.config.min_cleanable_dirty_ratio):
                     continue
                 if best is None or (c.overdue, c.ratio) > (best.overdue, best.ratio):
                     best = c
