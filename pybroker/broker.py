@@ -51,6 +51,10 @@ class Broker:
         self.static_log_config = config.log  # the log defaults before dynamic configs
         self.quotas = None  # client quotas (pybroker/quota): the manager and its durable store
         self.quota_store = None
+        self.authorizer = None  # ACL authorization (pybroker/security/authorizer.py); None: off
+        self.acl_store = None
+        self.sasl = None  # SASL authentication (pybroker/security/sasl); None: no SASL listener
+        self.scram_credentials = None  # SCRAM credential store (pybroker/security/credentials.py)
         self.broker_epoch = -1
         self._signalled = asyncio.Event()  # set once a signal's controlled shutdown is over
         self._on_signal_task = None
@@ -92,6 +96,9 @@ class Broker:
             await self._start_cluster()
         else:
             self._start_single_node()
+        await self._start_authorizer()
+        from pybroker.security.sasl import runtime as sasl_runtime
+        await sasl_runtime.start(self)  # SCRAM credentials; SASL listeners gated before they open
         self.replicas.start()
         for server in self.servers:
             server.open()
@@ -107,12 +114,20 @@ class Broker:
         self.metrics_server = await MetricsServer(self, host, port).start()
 
     async def _start_listeners(self) -> None:
+        from pybroker.net.limits import ConnectionLimits
+        from pybroker.net.server import tls_handshake_timeout_ms
+        from pybroker.security.tls import listener_tls
         cfg = self.config
         self.servers = []
+        limits = ConnectionLimits.from_config(cfg)  # shared: max.connections counts every listener
         for listener in cfg.listeners:
+            protocol = cfg.security_protocol(listener.name)
             server = Server(Dispatcher(self), listener.host, listener.port,
                             max_request_bytes=cfg.socket_request_max_bytes,
-                            max_idle_ms=cfg.connections_max_idle_ms, listener_name=listener.name)
+                            max_idle_ms=cfg.connections_max_idle_ms, listener_name=listener.name,
+                            security_protocol=protocol, tls=listener_tls(cfg.raw, listener.name, protocol),
+                            limits=limits, limits_exempt=listener.name == cfg.inter_broker_listener.name,
+                            tls_handshake_timeout_ms=tls_handshake_timeout_ms(cfg.connections_max_idle_ms))
             await server.start(accepting=False)  # bound now, so the ports are known; served once ready
             self.servers.append(server)
         bound = {s.listener_name: s.port for s in self.servers}
@@ -147,6 +162,18 @@ class Broker:
     def _new_quota_manager(self) -> None:
         from pybroker.quota.manager import ClientQuotaManager
         self.quotas = ClientQuotaManager(self.config.quota_window_num, self.config.quota_window_size_seconds)
+
+    async def _start_authorizer(self) -> None:
+        """ACLs load before the listeners serve: no request is ever answered without them."""
+        from pybroker.security.authorizer import new_authorizer
+        authorizer = new_authorizer(self.config)
+        if authorizer is None:
+            return
+        from pybroker.security.acl_store import LocalAclStore, ZkAclStore
+        self.acl_store = ZkAclStore(self.zk, authorizer) if self.zk is not None \
+            else LocalAclStore(self.config.log_dirs[0], authorizer)
+        await self.acl_store.startup()
+        self.authorizer = authorizer
 
     async def _start_cluster(self) -> None:
         from pybroker.controller.broker_configs import DynamicBrokerConfigs

@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     p.set_defaults(func=dump_log)
     from pybroker.tools import add_commands  # topics, produce, consume
     add_commands(sub)
+    from pybroker.tools.acls import add_parser as add_acls_command  # kafka-acls
+    add_acls_command(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

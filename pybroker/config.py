@@ -9,7 +9,9 @@ The file is read as a Java Properties file: ``key=value``, ``key: value`` or ``k
 (whose leading whitespace is dropped); ``\\t \\n \\r \\f \\uXXXX`` escapes. Unlike Java, trailing
 whitespace of a value is trimmed as well (Kafka trims nearly every value it parses).
 
-Listeners: ``NAME://host:port``, comma-separated. Only the PLAINTEXT security protocol exists here.
+Listeners: ``NAME://host:port``, comma-separated; each name maps to a security protocol (PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL) through ``listener.security.protocol.map`` (default: each protocol's name to
+itself). TLS keys (``ssl.*``, per listener ``listener.name.<name>.ssl.*``): pybroker/security/tls.py.
 An empty host binds 127.0.0.1, never every interface: ask for ``0.0.0.0`` (or ``[::]``) explicitly,
 and then set ``advertised.listeners`` to an address clients can reach, as Kafka requires.
 
@@ -31,6 +33,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from pybroker.log.config import BROKER_NAMES, LONG_MAX, LogConfig
+from pybroker.security.sasl import settings as sasl_settings
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,21 @@ IGNORED = {
     "share.coordinator.state.topic.replication.factor": "share groups are not supported",
     "share.coordinator.state.topic.min.isr": "share groups are not supported",
     "zookeeper.connection.timeout.ms": "the ZooKeeper client connects within the session timeout",
+    "ssl.keymanager.algorithm": "Java's TLS stack only",
+    "ssl.trustmanager.algorithm": "Java's TLS stack only",
+    "ssl.secure.random.implementation": "Java's TLS stack only",
+    "ssl.provider": "Java's TLS stack only",
+    "ssl.engine.factory.class": "Java's TLS stack only",
+    "ssl.endpoint.identification.algorithm": "brokers do not check client host names",
+    "ssl.truststore.password": "PEM truststores have no password",
+    "ssl.allow.dn.changes": "certificates are not reloaded while running",
+    "ssl.allow.san.changes": "certificates are not reloaded while running",
 }
+# ssl.* keys read by pybroker/security/tls.py (also valid as listener.name.<name>.ssl.*)
+SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.key",
+            "ssl.keystore.certificate.chain", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+            "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol",
+            "ssl.cipher.suites", "ssl.principal.mapping.rules")
 
 # key -> (field, minimum, maximum) for plain integer keys of BrokerConfig
 _INTS = {
@@ -86,6 +103,8 @@ _INTS = {
     "replication.quota.window.size.seconds": ("replication_quota_window_size_seconds", 1, INT_MAX),
     "quota.window.num": ("quota_window_num", 1, INT_MAX),
     "quota.window.size.seconds": ("quota_window_size_seconds", 1, INT_MAX),
+    "max.connections": ("max_connections", 0, INT_MAX),
+    "max.connections.per.ip": ("max_connections_per_ip", 0, INT_MAX),
     "log.cleaner.threads": ("log_cleaner_threads", 0, INT_MAX),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", 0, LONG_MAX),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", 0, LONG_MAX),
@@ -100,6 +119,7 @@ _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "unclean.leader.election.enable": "unclean_leader_election_enable",
           "controlled.shutdown.enable": "controlled_shutdown_enable",
           "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+          "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
           "log.cleaner.enable": "log_cleaner_enable"}
 # broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
 _LOG_INTS = {
@@ -124,8 +144,12 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
-            "inter.broker.listener.name", "metrics.listener")
-SUPPORTED = frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
+            "inter.broker.listener.name", "metrics.listener", "authorizer.class.name", "super.users")
+SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
+             | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
+_SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
+# keys that may also be set for one listener as listener.name.<listener, lower case>.<key>
+LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")}
 
 
 class ConfigError(ValueError):
@@ -194,12 +218,20 @@ class BrokerConfig:
     log_level: str = "INFO"
     zookeeper_connect: str | None = None
     metrics_listener: tuple[str, int] | None = None  # (host, port) of /metrics and /health; None: off
+    listener_protocols: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"PLAINTEXT": "PLAINTEXT"}))
+    max_connections: int = INT_MAX  # broker-wide (the inter-broker listener is exempt, as in Kafka)
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    authorizer_class_name: str = ""  # ACL authorization (pybroker/security/authorizer.py); empty: off
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
     log_cleaner_enable: bool = True  # the log cleaner (pybroker/log/cleaner.py) compacts cleanup.policy=compact logs
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # shared by the cleaner threads
     log_cleaner_io_max_bytes_per_second: float = float("inf")
     log_cleaner_io_buffer_load_factor: float = 0.9
     log_cleaner_backoff_ms: int = 15000
+    sasl: "sasl_settings.SaslSettings" = field(default_factory=sasl_settings.SaslSettings)  # SASL listeners, JAAS
     log: LogConfig = field(default_factory=LogConfig)
     raw: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     ignored: tuple[str, ...] = ()
@@ -207,6 +239,10 @@ class BrokerConfig:
     def __post_init__(self):
         if not self.advertised_listeners:
             object.__setattr__(self, "advertised_listeners", self.listeners)
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of a listener name (listener.security.protocol.map)."""
+        return self.listener_protocols.get(listener, "PLAINTEXT")
 
     @property
     def inter_broker_listener(self) -> Listener:
@@ -253,10 +289,11 @@ class BrokerConfig:
         where = where or {}
         ignored = []
         for key in raw:
-            if key in IGNORED:
+            suffix = _listener_key_suffix(key)
+            if key in IGNORED or suffix in IGNORED:
                 ignored.append(key)
-                log.info("ignoring config %s=%s: %s", key, raw[key], IGNORED[key])
-            elif key not in SUPPORTED:
+                log.info("ignoring config %s=%s: %s", key, raw[key], IGNORED[key if key in IGNORED else suffix])
+            elif key not in SUPPORTED and suffix not in LISTENER_KEYS and not sasl_settings.is_sasl_key(key):
                 known = sorted(SUPPORTED | IGNORED.keys())
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -297,8 +334,10 @@ class BrokerConfig:
         if raw.get("metrics.listener"):
             values["metrics_listener"] = parse_metrics_listener(raw["metrics.listener"])
         _check_kraft(raw, node_id)
-        listeners, advertised = _listeners(raw)
-        values.update(listeners=listeners, advertised_listeners=advertised)
+        listeners, advertised, protocols = _listeners(raw)
+        values.update(listeners=listeners, advertised_listeners=advertised, listener_protocols=protocols)
+        values["max_connections_per_ip_overrides"] = _per_ip_overrides(raw, values)
+        _check_tls(raw, listeners, protocols)
         if raw.get("inter.broker.listener.name"):
             name = raw["inter.broker.listener.name"].strip().upper()
             if name not in {a.name for a in advertised}:
@@ -306,6 +345,8 @@ class BrokerConfig:
                                   f"({', '.join(a.name for a in advertised)})", "inter.broker.listener.name")
             values["inter_broker_listener_name"] = name
         values["log"] = _log_config(raw)
+        _authorizer(raw, values)
+        values["sasl"] = _sasl(raw, listeners, values)
         return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
 
     def describe(self) -> dict[str, tuple[str | None, bool]]:
@@ -337,6 +378,11 @@ class BrokerConfig:
         put("log.dir", raw.get("log.dir", self.log_dirs[0]), "log.dir", "log.dirs")
         put("cluster.id", self.cluster_id)
         put("log.level", self.log_level)
+        for key in SSL_KEYS:  # secrets are never shown, as Kafka marks them sensitive
+            put(key, None if key in _SECRET_KEYS else raw.get(key) or None)
+        put("max.connections.per.ip.overrides", raw.get("max.connections.per.ip.overrides", ""))
+        put("authorizer.class.name", self.authorizer_class_name)
+        put("super.users", raw.get("super.users") or None)
         lc = self.log
         for name, key in _BROKER_LOG_NAMES.items():
             value = getattr(lc, name)
@@ -446,8 +492,40 @@ def _protocol_map(raw: Mapping[str, str]) -> dict[str, str] | None:
     return result
 
 
-def _listeners(raw: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[Listener, ...]]:
-    """Served and advertised listeners: controller listeners dropped, PLAINTEXT only."""
+def _listener_key_suffix(key: str) -> str | None:
+    """``listener.name.internal.ssl.keystore.location`` -> ``ssl.keystore.location``; else None."""
+    if not key.startswith("listener.name."):
+        return None
+    parts = key.split(".", 3)
+    return parts[3] if len(parts) == 4 and parts[2] else None
+
+
+def _per_ip_overrides(raw: Mapping[str, str], values: dict) -> Mapping[str, int]:
+    """max.connections.per.ip.overrides: ``host:count,host:count`` (host names or addresses)."""
+    key = "max.connections.per.ip.overrides"
+    out = {}
+    for item in raw.get(key, "").split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: bad entry {item.strip()!r}: expected host:count", key)
+        out[host.strip("[]")] = parse_int(key, count, 0, INT_MAX)
+    if values.get("max_connections_per_ip") == 0 and not out:
+        raise ConfigError("max.connections.per.ip=0 needs max.connections.per.ip.overrides (the hosts that may "
+                          "connect)", "max.connections.per.ip")
+    return MappingProxyType(out)
+
+
+def _check_tls(raw: Mapping[str, str], listeners, protocols: Mapping[str, str]) -> None:
+    """Build each TLS listener's context once now: bad files or passwords fail the start, naming the key."""
+    from pybroker.security.tls import listener_tls
+    for lst in listeners:
+        listener_tls(raw, lst.name, protocols[lst.name])
+
+
+def _listeners(raw: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[Listener, ...], Mapping[str, str]]:
+    """Served and advertised listeners (controller listeners dropped) and each one's security protocol."""
     protocols = _protocol_map(raw)
     controller = {n.strip().upper() for n in raw.get("controller.listener.names", "").split(",") if n.strip()}
     listeners = parse_listeners("listeners", raw["listeners"]) if "listeners" in raw else DEFAULT_LISTENERS
@@ -455,14 +533,12 @@ def _listeners(raw: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[List
     if not listeners:
         raise ConfigError(f"listeners={raw.get('listeners', '')!r}: no broker listener (controller listeners "
                           f"{', '.join(sorted(controller)) or 'none'} are not served)", "listeners")
+    protocols = protocols or {p: p for p in SECURITY_PROTOCOLS}
     for lst in listeners:
-        proto = (protocols or {p: p for p in SECURITY_PROTOCOLS}).get(lst.name)
+        proto = protocols.get(lst.name)
         if proto is None:
             raise ConfigError(f"listeners: listener {lst} has no security protocol: name it PLAINTEXT or map "
                               f"it in listener.security.protocol.map (e.g. {lst.name}:PLAINTEXT)", "listeners")
-        if proto != "PLAINTEXT":
-            raise ConfigError(f"listeners: listener {lst} uses security protocol {proto}, which is not "
-                              "supported: pybroker speaks PLAINTEXT only", "listeners")
     names = {lst.name for lst in listeners}
     if "advertised.listeners" in raw:
         advertised = tuple(a for a in parse_listeners("advertised.listeners", raw["advertised.listeners"])
@@ -478,7 +554,7 @@ def _listeners(raw: Mapping[str, str]) -> tuple[tuple[Listener, ...], tuple[List
         if a.host in ("0.0.0.0", "::"):
             raise ConfigError(f"{key}: {a} cannot be advertised: clients cannot connect to {a.host}; set "
                               "advertised.listeners to a routable address", "advertised.listeners")
-    return listeners, advertised
+    return listeners, advertised, MappingProxyType({lst.name: protocols[lst.name] for lst in listeners})
 
 
 def _check_kraft(raw: Mapping[str, str], node_id: int) -> None:
@@ -503,6 +579,36 @@ def _check_kraft(raw: Mapping[str, str], node_id: int) -> None:
     if servers and len([s for s in servers.split(",") if s.strip()]) != 1:
         raise ConfigError(f"controller.quorum.bootstrap.servers={servers!r}: only one server (this node) "
                           "is supported", "controller.quorum.bootstrap.servers")
+
+
+def _sasl(raw: Mapping[str, str], listeners, values: dict):
+    """SASL keys (pybroker/security/sasl/settings.py); a cluster's SASL inter-broker listener needs credentials."""
+    protocols = {lst.name: values["listener_protocols"].get(lst.name, "PLAINTEXT") for lst in listeners}
+    try:
+        settings = sasl_settings.parse(raw, protocols)
+        if values.get("zookeeper_connect"):
+            name = values.get("inter_broker_listener_name") or listeners[0].name
+            sasl_settings.check_inter_broker(settings, name, protocols.get(name, "PLAINTEXT"))
+    except sasl_settings.SaslConfigError as exc:
+        raise ConfigError(str(exc), exc.key) from None
+    return settings
+
+
+def _authorizer(raw: Mapping[str, str], values: dict) -> None:
+    """authorizer.class.name: Kafka's built-in authorizers select ours; super.users: Type:name;Type:name."""
+    from pybroker.security.authorizer import AUTHORIZER_CLASSES
+    name = raw.get("authorizer.class.name", "").strip()
+    if name and name not in AUTHORIZER_CLASSES:
+        raise ConfigError(f"authorizer.class.name={name!r}: expected empty (no authorization) or one of "
+                          f"{', '.join(AUTHORIZER_CLASSES)}", "authorizer.class.name")
+    values["authorizer_class_name"] = name
+    users = tuple(u.strip() for u in raw.get("super.users", "").split(";") if u.strip())
+    for user in users:
+        kind, sep, rest = user.partition(":")
+        if not sep or not kind or not rest:
+            raise ConfigError(f"super.users: bad principal {user!r}: expected Type:name, e.g. User:admin",
+                              "super.users")
+    values["super_users"] = users
 
 
 def _log_config(raw: Mapping[str, str]) -> LogConfig:

@@ -142,9 +142,10 @@ def test_java_client_keys_accepted_or_refused():
                              "kafka.send.buffer.bytes": "131072", "kafka.acks": "1"})
     assert w.client_config() == {"bootstrap.servers": "h:1", "acks": "1"}
     for bad, fragment in [({"kafka.no.such.setting": "1"}, "no.such.setting"),
-                          ({"kafka.security.protocol": "SASL_SSL"}, "PLAINTEXT"),
-                          ({"kafka.sasl.mechanism": "PLAIN"}, "PLAINTEXT"),
-                          ({"kafka.ssl.truststore.location": "/x"}, "PLAINTEXT")]:
+                          ({"kafka.security.protocol": "SASL_SSL"}, "sasl.mechanism"),
+                          ({"kafka.sasl.jaas.config": "x"}, "sasl.jaas.config"),
+                          ({"kafka.ssl.truststore.location": "/x"}, "ssl.truststore.location"),
+                          ({"kafka.security.providers": "x"}, "security.providers")]:
         with pytest.raises(ValueError, match=fragment):
             read_config(parse_read_options(opts(**bad), streaming=False))
     with pytest.raises(OptionError, match="transactions"):

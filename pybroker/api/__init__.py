@@ -20,4 +20,11 @@ MODULES = (produce, fetch, list_offsets, metadata, offset_for_leader_epoch, api_
            controlled_shutdown, elect_leaders, describe_log_dirs, describe_cluster, describe_producers,
            alter_partition_reassignments, list_partition_reassignments, describe_client_quotas, alter_client_quotas,
            describe_topic_partitions)
+from pybroker.api import create_acls, delete_acls, describe_acls  # noqa: E402  (ACLs: pybroker/security)
+
+MODULES += (describe_acls, create_acls, delete_acls)
+from pybroker.api import (alter_user_scram_credentials, describe_user_scram_credentials,  # noqa: E402  (SASL)
+                          sasl_authenticate, sasl_handshake)
+
+MODULES += (sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials)
 TABLE = {m.API_KEY: m for m in MODULES}

@@ -5,6 +5,7 @@ durably together (pybroker/quota/store.py) and applied by every broker.
 """
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 from pybroker.quota import entities as ent
 
 API_KEY = 49
@@ -16,6 +17,11 @@ Response = RESPONSES[API_KEY]
 
 async def handle(ctx, request):
     results, valid, seen = [], [], set()
+    if cluster_denied(ctx, 11):  # ALTER_CONFIGS
+        return Response(throttle_time_ms=0, entries=[Response.EntryData(
+            error_code=CLUSTER_AUTHORIZATION_FAILED, error_message="not authorized to alter client quotas",
+            entity=[Response.EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+            for entry in request.entries])
     for entry in request.entries:
         error, message = 0, None
         try:

@@ -10,6 +10,7 @@ a partition named twice in one request.
 from pybroker.controller.reassignment_plan import (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS,
                                                    UNKNOWN_TOPIC_OR_PARTITION, check_target)
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 45
 MIN_VERSION = 0
@@ -30,6 +31,8 @@ async def handle(ctx, request):
             changes[key] = p.replicas
     wanted = {k: v for k, v in changes.items() if k not in duplicates}
     controller = ctx.broker.zk_controller
+    if cluster_denied(ctx, 7):  # ALTER
+        return _response(CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter the cluster", {})
     if controller is None:  # a single node: the only placement is where everything already is
         results = {k: _single_node(ctx.broker, k, v) for k, v in wanted.items()}
         return _response(0, None, {**results, **{k: _named_twice(k) for k in duplicates}})

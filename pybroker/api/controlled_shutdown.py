@@ -3,6 +3,7 @@
 Versions 2+ only: they carry the broker epoch, so only the running incarnation of a broker can
 ask for its own leaderships to move (Kafka's v0 needs a header of its own; v1 has no epoch)."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 7
 MIN_VERSION = 2
@@ -17,6 +18,8 @@ def handle(ctx, request):
 
 
 async def _handle(ctx, request):
+    if cluster_denied(ctx, 9):  # CLUSTER_ACTION
+        return Response(error_code=CLUSTER_AUTHORIZATION_FAILED, remaining_partitions=[])
     controller = ctx.broker.zk_controller
     if controller is None or not controller.active:
         return Response(error_code=NOT_CONTROLLER, remaining_partitions=[])

@@ -2,6 +2,7 @@
 from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -12,9 +13,12 @@ Response = RESPONSES[API_KEY]
 
 async def handle(ctx, request):
     results = []
+    authz = ctx.broker.authorizer
     for topic in request.topics:
         error, message = 0, None
         try:
+            if authz is not None and not authz.allowed(ctx, A.ALTER, A.TOPIC, topic.name):
+                raise TopicAuthorizationFailed(f"not authorized to alter topic {topic.name!r}")
             if topic.assignments:
                 raise AssignmentNotSupported("manual replica assignment is not supported")
             await settle(ctx.broker.controller.create_partitions(topic.name, topic.count,
@@ -24,6 +28,10 @@ async def handle(ctx, request):
         results.append(Response.CreatePartitionsTopicResult(name=topic.name, error_code=error,
                                                             error_message=message))
     return Response(throttle_time_ms=0, results=results)
+
+
+class TopicAuthorizationFailed(BrokerError):
+    code = 29  # TOPIC_AUTHORIZATION_FAILED
 
 
 class AssignmentNotSupported(BrokerError):

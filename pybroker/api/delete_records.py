@@ -1,19 +1,25 @@
 """DeleteRecords: move partitions' log start offsets forward (offset -1: to the high watermark)."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 1
+
+TOPIC_AUTHORIZATION_FAILED = 29
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
     topics = []
+    authz = ctx.broker.authorizer
     for topic in request.topics:
         parts = []
+        denied = authz is not None and not authz.allowed(ctx, A.DELETE, A.TOPIC, topic.name)
         for p in topic.partitions:
-            error, low = ctx.broker.replicas.delete_records(topic.name, p.partition_index, p.offset)
+            error, low = (TOPIC_AUTHORIZATION_FAILED, -1) if denied else \
+                ctx.broker.replicas.delete_records(topic.name, p.partition_index, p.offset)
             parts.append(Response.DeleteRecordsPartitionResult(partition_index=p.partition_index,
                                                                low_watermark=low, error_code=error))
         topics.append(Response.DeleteRecordsTopicResult(name=topic.name, partitions=parts))

@@ -2,6 +2,7 @@
 (exact name, default, or any name per entity type; ``strict`` excludes entities with other types)."""
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 48
 MIN_VERSION = 0
@@ -11,6 +12,9 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
+    if cluster_denied(ctx, 10):  # DESCRIBE_CONFIGS
+        return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                        error_message="not authorized to describe client quotas", entries=None)
     try:
         found = ctx.broker.quotas.describe([(c.entity_type, c.match_type, c.match) for c in request.components],
                                            request.strict)

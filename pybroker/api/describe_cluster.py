@@ -2,6 +2,7 @@
 cluster id, from the metadata cache, as Metadata names them. A ZooKeeper-mode broker describes
 brokers only: endpoint type 2 (controllers) is refused."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import cluster_operations
 
 API_KEY = 60
 MIN_VERSION = 0
@@ -11,7 +12,7 @@ BROKERS_ENDPOINT = 1
 MISMATCHED_ENDPOINT_TYPE = 114
 UNSUPPORTED_ENDPOINT_TYPE = 115
 NO_OPERATIONS = -2147483648  # authorized operations not asked for
-# AclOperation codes the cluster resource supports; all are allowed: pybroker has no authorizer
+# AclOperation codes the cluster resource supports (all allowed when no authorizer is configured)
 # (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE)
 CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)
 
@@ -36,7 +37,7 @@ def handle(ctx, request):
                                                           rack=b.rack))
     operations = NO_OPERATIONS
     if request.include_cluster_authorized_operations:
-        operations = sum(1 << op for op in CLUSTER_OPERATIONS)
+        operations = cluster_operations(ctx, CLUSTER_OPERATIONS)
     return Response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
                     cluster_id=ctx.broker.cluster_id, controller_id=cache.controller_id, brokers=brokers,
                     cluster_authorized_operations=operations)

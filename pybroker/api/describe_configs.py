@@ -19,6 +19,9 @@ def handle(ctx, request):
         error, message, entries = 0, None, []
         synonyms = {}
         try:
+            if ctx.broker.authorizer is not None:  # ACLs: DESCRIBE_CONFIGS on the topic or the cluster
+                from pybroker.security.acl_checks import check_config_resource
+                check_config_resource(ctx, ctx.broker.authorizer, 10, res.resource_type, res.resource_name)
             if res.resource_type == TOPIC:
                 rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, not overridden)
                         for k, v, overridden in ctx.broker.controller.topic_configs(res.resource_name)]

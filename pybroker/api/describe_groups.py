@@ -1,6 +1,7 @@
 """DescribeGroups: one entry per asked group, always (an unknown group is Dead, error 0)."""
 from pybroker.coordinator.group import STABLE
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 15
 MIN_VERSION = 0
@@ -8,13 +9,27 @@ MAX_VERSION = 4
 NOT_REQUESTED = -2147483648  # authorized operations not asked for
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
 
+GROUP_AUTHORIZATION_FAILED = 30
+
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
     coordinator = ctx.broker.coordinator
     ops = GROUP_OPERATIONS if ctx.version >= 3 and request.include_authorized_operations else NOT_REQUESTED
+    authz = ctx.broker.authorizer
+    if authz is not None:  # ACLs: DESCRIBE on each group
+        from pybroker.security.acl_checks import authorized_operations
+        return Response(throttle_time_ms=0, groups=[
+            _describe(coordinator, name, ops if ops == NOT_REQUESTED else authorized_operations(ctx, A.GROUP, name))
+            if authz.allowed(ctx, A.DESCRIBE, A.GROUP, name) else _denied(name, NOT_REQUESTED)
+            for name in request.groups])
     return Response(throttle_time_ms=0, groups=[_describe(coordinator, name, ops) for name in request.groups])
+
+
+def _denied(name, ops):
+    return Response.DescribedGroup(error_code=GROUP_AUTHORIZATION_FAILED, group_id=name, group_state="",
+                                   protocol_type="", protocol_data="", members=[], authorized_operations=ops)
 
 
 def _describe(coordinator, name, ops):

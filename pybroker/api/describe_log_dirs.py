@@ -7,6 +7,7 @@ per-partition error. Offset lag is Kafka's for a current (non-future) log: max(H
 import os
 
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 35
 MIN_VERSION = 0
@@ -16,6 +17,9 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
+    if cluster_denied(ctx, 8):  # DESCRIBE: as Kafka, an empty answer (v3+ also says why)
+        return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED if ctx.version >= 3 else 0,
+                        results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     manager = ctx.broker.log_manager
     by_dir: dict[str, dict[str, list]] = {d: {} for d in manager.log_dirs}

@@ -2,6 +2,7 @@
 from each partition's producer state. pybroker has no transactions, so coordinator epoch and
 current transaction start offset are always -1."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 61
 MIN_VERSION = 0
@@ -9,14 +10,21 @@ MAX_VERSION = 0
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
+TOPIC_AUTHORIZATION_FAILED = 29
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
     topics = []
+    authz = ctx.broker.authorizer
     for t in request.topics:
-        partitions = [_partition(ctx.broker, t.name, index) for index in t.partition_indexes]
+        if authz is not None and not authz.allowed(ctx, A.READ, A.TOPIC, t.name):
+            partitions = [Response.PartitionResponse(partition_index=i, error_code=TOPIC_AUTHORIZATION_FAILED,
+                                                     error_message=None, active_producers=[])
+                          for i in t.partition_indexes]
+        else:
+            partitions = [_partition(ctx.broker, t.name, index) for index in t.partition_indexes]
         topics.append(Response.TopicResponse(name=t.name, partitions=partitions))
     return Response(throttle_time_ms=0, topics=topics)
 

@@ -10,12 +10,14 @@ topic that is not asked for, INVALID_REQUEST (42). pybroker has no eligible lead
 import uuid
 
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 75
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, INVALID_REQUEST = 3, 5, 42
+TOPIC_AUTHORIZATION_FAILED = 29
 PARTITION_LIMIT = 2000  # Kafka's max.request.partition.size.limit
 NO_OPERATIONS = -2147483648
 NO_TOPIC_ID = uuid.UUID(int=0)
@@ -26,6 +28,13 @@ Response = RESPONSES[API_KEY]
 def handle(ctx, request):
     cache = ctx.broker.metadata
     names = sorted({t.name for t in request.topics}) if request.topics else sorted(cache.topics)
+    authz = ctx.broker.authorizer
+    denied = set()
+    if authz is not None:  # ACLs: DESCRIBE per topic; an all-topics answer leaves the others out
+        if request.topics:
+            denied = {n for n in names if not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, n)}
+        else:
+            names = [n for n in names if authz.allowed_quietly(ctx, A.DESCRIBE, A.TOPIC, n)]
     limit = max(1, min(request.response_partition_limit, PARTITION_LIMIT))
     cursor = request.cursor
     if cursor is not None:
@@ -36,6 +45,9 @@ def handle(ctx, request):
     topics, left, next_cursor = [], limit, None
     for name in names:
         meta = cache.topics.get(name)
+        if name in denied:
+            topics.append(_unknown(name, TOPIC_AUTHORIZATION_FAILED))
+            continue
         if meta is None:
             topics.append(_unknown(name, UNKNOWN_TOPIC_OR_PARTITION))
             continue

@@ -3,20 +3,62 @@
 Implements the network layer's handler contract. A request this broker cannot decode, or an
 API or version it does not advertise, closes the connection (as Apache Kafka does) — except
 ApiVersions, which is answered in v0 with UNSUPPORTED_VERSION and our ranges (KIP-511).
+
+SASL listeners put an ``AuthenticationGate`` in front of the dispatcher: until the session has
+authenticated, only the requests of the SASL exchange pass (Kafka's order: ApiVersions and
+SaslHandshake, then SaslAuthenticate; raw tokens after a v0 handshake); anything else closes the
+connection without an answer (as Kafka does before the handshake; after it Kafka first answers that
+request with ILLEGAL_SASL_STATE, which clients treat the same way). Other listeners have no gate.
 """
 import inspect
+import logging
 import struct
 import time
 
 from pybroker import core
-from pybroker.api import TABLE, api_versions, produce
+from pybroker.api import TABLE, api_versions, produce, sasl_authenticate, sasl_handshake
 from pybroker.api.context import Parts, RequestContext
 from pybroker.errors import BrokerError
 from pybroker.quota import enforce
 from pybroker.protocol import (API_NAMES, RequestHeader, UnsupportedVersionError, decode_request,
                                encode_response, response_header_version)
+from pybroker.security.sasl.authenticator import EXPIRED, Exchange
+
+log = logging.getLogger(__name__)
 
 _KEY_AND_VERSION = struct.Struct(">hh")
+
+
+class AuthenticationGate:
+    """The handler of a SASL listener: authenticated sessions go straight to the dispatcher."""
+
+    def __init__(self, dispatcher, sasl):
+        self.dispatcher = dispatcher
+        self.sasl = sasl  # pybroker.security.sasl.authenticator.SaslAuthenticator
+
+    def handle(self, frame, conn):
+        if conn.session.authenticated:
+            return self.dispatcher.handle(frame, conn)
+        state = conn.session.sasl_state
+        if type(state) is Exchange and state.raw:
+            return self._raw_token(frame, conn)
+        key = _KEY_AND_VERSION.unpack_from(frame)[0] if len(frame) >= 4 else None
+        if (key == sasl_authenticate.API_KEY and type(state) is Exchange
+                or key == sasl_handshake.API_KEY and state in (None, EXPIRED)
+                or key == api_versions.API_KEY and state is None):
+            return self.dispatcher.handle(frame, conn)
+        what = API_NAMES.get(key, f"API {key}")
+        log.info("%r: closing: %s %s", conn, what, "after the session expired (connections.max.reauth.ms)"
+                 if state == EXPIRED else "before SASL authentication completed")
+        conn.close()
+        return None
+
+    def _raw_token(self, frame, conn):
+        """After SaslHandshake v0: the frame is the token, the answer a bare size-prefixed token."""
+        outcome = self.sasl.authenticate(conn, bytes(frame))
+        if outcome.error is not None:
+            return self.sasl.delayed(None)  # Kafka closes without an answer in this mode
+        return [outcome.token]
 
 
 class UnsupportedRequestError(BrokerError):

@@ -1,5 +1,6 @@
 """ElectLeaders (KIP-460): preferred or unclean leader election, answered by the controller."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 43
 MIN_VERSION = 0
@@ -24,6 +25,9 @@ async def _handle(ctx, request):
         (t.topic, p) for t in request.topic_partitions for p in t.partitions]
     election_type = request.election_type if ctx.version >= 1 else 0  # v0: preferred only
     controller = ctx.broker.zk_controller
+    if cluster_denied(ctx, 7):  # ALTER
+        return _response(CLUSTER_AUTHORIZATION_FAILED, {k: CLUSTER_AUTHORIZATION_FAILED for k in keys or ()},
+                         ctx.version)
     if election_type not in ELECTION_TYPES:
         return _response(INVALID_REQUEST, {k: INVALID_REQUEST for k in keys or ()}, ctx.version)
     if controller is None:  # a single node: its one replica already leads every partition

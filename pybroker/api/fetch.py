@@ -8,11 +8,13 @@ import struct
 
 from pybroker import core
 from pybroker.api.context import Parts
-from pybroker.replica.manager import FetchRequestPartition
+from pybroker.replica.manager import FetchRequestPartition, FetchResult
+from pybroker.security import acl as A
 
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 11
+TOPIC_AUTHORIZATION_FAILED = 29
 
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -25,12 +27,32 @@ async def handle(ctx, request):
                                         p.current_leader_epoch)
                   for t in request.topics for p in t.partitions]
     committed_only = request.isolation_level == 1
-    results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
-                                              request.max_bytes, committed_only, request.replica_id)
+    authz = ctx.broker.authorizer
+    denied = _denied(ctx, authz, request) if authz is not None else None
+    if denied:  # ACLs: denied topics answer TOPIC_AUTHORIZATION_FAILED and are not read
+        results = await _fetch_allowed(ctx, request, partitions, denied, committed_only)
+    else:
+        results = await ctx.broker.replicas.fetch(partitions, request.max_wait_ms, request.min_bytes,
+                                                  request.max_bytes, committed_only, request.replica_id)
     metrics = getattr(ctx.broker, "metrics", None)
     if metrics is not None:  # pybroker/metrics: bytes out per topic (the slices' lengths)
         metrics.on_fetch(partitions, results, request.replica_id)
     return Parts(core.kafka_codec.encode_fetch(ctx.version, request.topics, results, committed_only))
+
+
+def _denied(ctx, authz, request) -> set:
+    """Topics this fetch may not read: a follower needs CLUSTER_ACTION, a consumer READ per topic."""
+    names = {t.topic for t in request.topics}
+    if request.replica_id >= 0:
+        return set() if authz.allowed(ctx, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME) else names
+    return {name for name in names if not authz.allowed(ctx, A.READ, A.TOPIC, name)}
+
+
+async def _fetch_allowed(ctx, request, partitions, denied, committed_only) -> list:
+    allowed = [p for p in partitions if p.topic not in denied]
+    read = iter(await ctx.broker.replicas.fetch(allowed, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                                                committed_only, request.replica_id) if allowed else ())
+    return [FetchResult(TOPIC_AUTHORIZATION_FAILED) if p.topic in denied else next(read) for p in partitions]
 
 
 def encode(version: int, topics, results, committed_only: bool) -> Parts:

@@ -1,12 +1,14 @@
 """FindCoordinator: a group's coordinator is the leader of its ``__consumer_offsets`` partition."""
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 10
 MIN_VERSION = 0
 MAX_VERSION = 2
 INVALID_REQUEST = 42
 COORDINATOR_NOT_AVAILABLE = 15
+GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 30, 53
 
 Response = RESPONSES[API_KEY]
 
@@ -16,6 +18,8 @@ async def handle(ctx, request):
     error, message = 0, None
     if ctx.version >= 1 and request.key_type not in (0, 1):
         error, message = INVALID_REQUEST, f"unknown coordinator key type {request.key_type}"
+    elif broker.authorizer is not None and not _authorized(ctx, broker.authorizer, request):
+        error = TRANSACTIONAL_ID_AUTHORIZATION_FAILED if request.key_type == 1 else GROUP_AUTHORIZATION_FAILED
     elif not broker.coordinator.ready:
         error, message = COORDINATOR_NOT_AVAILABLE, "the group coordinator is not ready"
     if error:
@@ -31,6 +35,13 @@ async def handle(ctx, request):
         return _error(COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{index} has no leader")
     return Response(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader.id,
                     host=address[0], port=address[1])
+
+
+def _authorized(ctx, authz, request) -> bool:
+    """DESCRIBE on the group (key type 0) or transactional id (1)."""
+    if ctx.version >= 1 and request.key_type == 1:
+        return authz.allowed(ctx, A.DESCRIBE, A.TRANSACTIONAL_ID, request.key)
+    return authz.allowed(ctx, A.DESCRIBE, A.GROUP, request.key)
 
 
 def _error(code: int, message: str):

@@ -75,6 +75,9 @@ async def alter_each(ctx, request, response_type, changes_of, replace_all: bool)
                 if c.name in seen:
                     raise ConfigChangeError(f"duplicate config key {c.name!r}")
                 seen.add(c.name)
+            if ctx.broker.authorizer is not None:  # ACLs: ALTER_CONFIGS on the topic or the cluster
+                from pybroker.security.acl_checks import check_config_resource
+                check_config_resource(ctx, ctx.broker.authorizer, 11, res.resource_type, res.resource_name)
             await alter_resource(ctx, res.resource_type, res.resource_name, changes_of(res), replace_all=replace_all,
                            validate_only=request.validate_only)
         except BrokerError as exc:

@@ -2,6 +2,7 @@
 from pybroker.api.controller_requests import refusal
 from pybroker.controller.metadata_cache import PartitionState
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 4
 MIN_VERSION = 5
@@ -17,7 +18,7 @@ def handle(ctx, request):
         for p in t.partition_states:
             states.append(PartitionState(t.topic_name, p.partition_index, p.leader, p.leader_epoch, tuple(p.isr),
                                          tuple(p.replicas), p.controller_epoch, p.partition_epoch))
-    error = refusal(ctx, request)
+    error = CLUSTER_AUTHORIZATION_FAILED if cluster_denied(ctx, 9) else refusal(ctx, request)
     if error:
         errors = {(s.topic, s.partition): error for s in states}
     else:

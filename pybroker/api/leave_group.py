@@ -1,15 +1,21 @@
 """LeaveGroup: one member (v0-2) or a batch of members by id or group.instance.id (v3)."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 13
 MIN_VERSION = 0
 MAX_VERSION = 3
 FIRST_BATCH_VERSION = 3
 
+GROUP_AUTHORIZATION_FAILED = 30
+
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
+    authz = ctx.broker.authorizer
+    if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
+        return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, members=[])
     batch = ctx.version >= FIRST_BATCH_VERSION
     identities = ([(m.member_id, m.group_instance_id) for m in request.members] if batch
                   else [(request.member_id, None)])

@@ -1,5 +1,6 @@
 """ListPartitionReassignments (KIP-455): the moves in progress, answered by the controller."""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 46
 MIN_VERSION = 0
@@ -11,6 +12,9 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
+    if cluster_denied(ctx, 8):  # DESCRIBE
+        return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                        error_message="not authorized to describe the cluster", topics=[])
     controller = ctx.broker.zk_controller
     if controller is None:  # a single node never moves anything
         return Response(throttle_time_ms=0, error_code=0, error_message=None, topics=[])

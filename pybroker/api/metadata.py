@@ -3,11 +3,13 @@ metadata cache; creates unknown topics when allowed (answering LEADER_NOT_AVAILA
 from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 8
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 LEADER_NOT_AVAILABLE = 5
 NO_OPERATIONS = -2147483648  # authorized operations not computed
 
@@ -18,12 +20,18 @@ async def handle(ctx, request):
     broker = ctx.broker
     cache = broker.metadata
     names = _requested(ctx.version, request)
+    authz = broker.authorizer
     if names is None:
         names = sorted(cache.topics)
+        if authz is not None:  # ACLs: topics the caller may not describe are left out
+            names = [n for n in names if authz.allowed_quietly(ctx, A.DESCRIBE, A.TOPIC, n)]
     allow_create = broker.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
     topics = []
     for name in names:
         error = 0
+        if authz is not None and not _authorized(ctx, authz, cache, broker, name, allow_create):
+            topics.append(_topic(cache, name, TOPIC_AUTHORIZATION_FAILED))
+            continue
         if name not in cache.topics:
             error = UNKNOWN_TOPIC_OR_PARTITION
             if name in broker.controller.topics:
@@ -35,6 +43,15 @@ async def handle(ctx, request):
                 except BrokerError as exc:
                     error = LEADER_NOT_AVAILABLE if exc.code == 36 else exc.code  # created meanwhile
         topics.append(_topic(cache, name, error))
+    cluster_ops = NO_OPERATIONS
+    if ctx.version >= 8:  # authorized operations, when asked for (Kafka's v8-v10 cluster field)
+        from pybroker.security.acl_checks import authorized_operations, cluster_operations
+        if request.include_topic_authorized_operations:
+            for t in topics:
+                if t.error_code != TOPIC_AUTHORIZATION_FAILED:
+                    t.topic_authorized_operations = authorized_operations(ctx, A.TOPIC, t.name)
+        if request.include_cluster_authorized_operations:
+            cluster_ops = cluster_operations(ctx, A.SUPPORTED_OPERATIONS[A.CLUSTER])
     listener = ctx.connection.server.listener_name
     brokers = []
     for b in sorted(cache.brokers.values(), key=lambda b: b.id):
@@ -43,7 +60,17 @@ async def handle(ctx, request):
             brokers.append(Response.MetadataResponseBroker(node_id=b.id, host=address[0], port=address[1],
                                                            rack=b.rack))
     return Response(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
-                    controller_id=cache.controller_id, topics=topics, cluster_authorized_operations=NO_OPERATIONS)
+                    controller_id=cache.controller_id, topics=topics, cluster_authorized_operations=cluster_ops)
+
+
+def _authorized(ctx, authz, cache, broker, name: str, allow_create: bool) -> bool:
+    """DESCRIBE on the topic; auto-creating it also needs CREATE on the cluster or the topic."""
+    if not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, name):
+        return False
+    if name in cache.topics or name in broker.controller.topics or not allow_create:
+        return True
+    return (authz.allowed_quietly(ctx, A.CREATE, A.CLUSTER, A.CLUSTER_NAME)
+            or authz.allowed(ctx, A.CREATE, A.TOPIC, name))
 
 
 def _requested(version: int, request):

@@ -2,13 +2,25 @@
 from pybroker.coordinator.coordinator import CommitEntry
 from pybroker.coordinator.group import now_ms
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 8
 MIN_VERSION = 2
 MAX_VERSION = 7
 DEFAULT_RETENTION = -1  # v2-4 retention_time_ms: -1 = the broker's offsets.retention.minutes
 
+GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
+
 Response = RESPONSES[API_KEY]
+
+
+def _denied(ctx, authz, request, entries) -> dict:
+    """{(topic, partition): error} for what this caller may not commit."""
+    if not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
+        return {(e.topic, e.partition): GROUP_AUTHORIZATION_FAILED for e in entries}
+    topics = {e.topic for e in entries}
+    refused = {t for t in topics if not authz.allowed(ctx, A.READ, A.TOPIC, t)}
+    return {(e.topic, e.partition): TOPIC_AUTHORIZATION_FAILED for e in entries if e.topic in refused}
 
 
 async def handle(ctx, request):
@@ -18,9 +30,16 @@ async def handle(ctx, request):
     entries = [CommitEntry(t.name, p.partition_index, p.committed_offset,
                            p.committed_leader_epoch if ctx.version >= 6 else -1, p.committed_metadata, expire)
                for t in request.topics for p in t.partitions]
-    _, errors = await ctx.broker.coordinator.commit(
-        request.group_id, request.generation_id_or_member_epoch, request.member_id,
-        request.group_instance_id if ctx.version >= 7 else None, entries)
+    authz = ctx.broker.authorizer
+    denied = _denied(ctx, authz, request, entries) if authz is not None else None
+    if denied:  # ACLs: READ on the group, then on each topic
+        entries = [e for e in entries if (e.topic, e.partition) not in denied]
+    errors = dict(denied) if denied else {}
+    if entries or not denied:  # a request whose every partition was refused commits nothing
+        _, committed = await ctx.broker.coordinator.commit(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            request.group_instance_id if ctx.version >= 7 else None, entries)
+        errors.update(committed)
     topics = []
     for t in request.topics:
         topics.append(Response.OffsetCommitResponseTopic(name=t.name, partitions=[

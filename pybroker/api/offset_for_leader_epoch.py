@@ -3,24 +3,38 @@ import logging
 
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 3
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 
 Response = RESPONSES[API_KEY]
 log = logging.getLogger(__name__)
 
 
+def _denied(ctx, authz, request) -> set:
+    """A follower (replica id >= 0) needs CLUSTER_ACTION; a client DESCRIBE on each topic."""
+    names = {t.topic for t in request.topics}
+    if ctx.version >= 3 and request.replica_id >= 0:
+        return set() if authz.allowed(ctx, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME) else names
+    return {n for n in names if not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, n)}
+
+
 def handle(ctx, request):
     topics = []
+    authz = ctx.broker.authorizer
+    denied = _denied(ctx, authz, request) if authz is not None else ()
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             partition = ctx.broker.replicas.get(topic.topic, p.partition)
             error, epoch, end = UNKNOWN_TOPIC_OR_PARTITION, -1, -1
-            if partition is not None:
+            if topic.topic in denied:
+                error = TOPIC_AUTHORIZATION_FAILED
+            elif partition is not None:
                 try:
                     partition.check_leader(p.current_leader_epoch)
                     epoch, end = partition.end_offset_for_epoch(p.leader_epoch)

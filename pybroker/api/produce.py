@@ -4,6 +4,7 @@ import struct
 
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
 
 API_KEY = 0
 MIN_VERSION = 0  # older librdkafka needs the range to start at 0; v0-2 (magic 0/1) are refused
@@ -12,6 +13,8 @@ FIRST_RECORD_BATCH_VERSION = 3
 
 CORRUPT_MESSAGE = 2
 INVALID_REQUIRED_ACKS = 21
+TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 KAFKA_STORAGE_ERROR = 56
@@ -43,9 +46,14 @@ def handle(ctx, request):
         error = INVALID_REQUEST  # transactions are not supported
     outcomes = {}
     appended = {}
+    authz = ctx.broker.authorizer
+    if authz is not None:  # ACLs: WRITE on the transactional id, then on each topic
+        error, topics_to_append = _authorize(ctx, authz, request, topics, error, outcomes)
+    else:
+        topics_to_append = topics
     if not error:
         entries = {}
-        for topic in topics:
+        for topic in topics_to_append:
             for part in topic.partitions:
                 key = (topic.name, part.index)
                 refusal, records = _check_records(ctx.version, part.records)
@@ -91,6 +99,21 @@ async def _respond_later(ctx, timeout_ms, topics, outcomes, error, flushes, repl
 _NOT_REPLICATED = {7: "the in-sync replicas did not acknowledge within the request timeout",
                    6: "leadership moved before the in-sync replicas acknowledged",
                    20: "written, but fewer in-sync replicas than min.insync.replicas acknowledged it"}
+
+
+def _authorize(ctx, authz, request, topics, error, outcomes):
+    """(request error, topics that may be written); denied topics' partitions get their outcome now."""
+    if request.transactional_id is not None and error in (0, INVALID_REQUEST) \
+            and not authz.allowed(ctx, A.WRITE, A.TRANSACTIONAL_ID, request.transactional_id):
+        return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, topics
+    allowed = []
+    for topic in topics:
+        if authz.allowed(ctx, A.WRITE, A.TOPIC, topic.name):
+            allowed.append(topic)
+        else:
+            for part in topic.partitions:
+                outcomes[(topic.name, part.index)] = (TOPIC_AUTHORIZATION_FAILED, None, None)
+    return error, allowed
 
 
 def _response(topics, outcomes, error):

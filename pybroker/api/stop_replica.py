@@ -1,6 +1,7 @@
 """StopReplica (controller only): stop fetching or leading partitions, and delete them when asked."""
 from pybroker.api.controller_requests import refusal
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 5
 MIN_VERSION = 3
@@ -10,7 +11,7 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    error = refusal(ctx, request)
+    error = CLUSTER_AUTHORIZATION_FAILED if cluster_denied(ctx, 9) else refusal(ctx, request)
     errors = []
     for t in request.topic_states:
         for p in t.partition_states:

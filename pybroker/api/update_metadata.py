@@ -2,6 +2,7 @@
 from pybroker.api.controller_requests import refusal
 from pybroker.controller.metadata_cache import BrokerEndpoint, PartitionState
 from pybroker.protocol.messages import RESPONSES
+from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
 
 API_KEY = 6
 MIN_VERSION = 7
@@ -12,7 +13,7 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    error = refusal(ctx, request)
+    error = CLUSTER_AUTHORIZATION_FAILED if cluster_denied(ctx, 9) else refusal(ctx, request)
     if error:
         return Response(error_code=error)
     states, topic_ids, deleted = [], {}, []

@@ -58,7 +58,7 @@ _EXPORTS = {
     "EARLIEST": ".types", "LATEST": ".types", "MAX_TIMESTAMP": ".types",
     "KafkaError": ".errors", "KafkaErrors": ".errors", "KafkaConnectionError": ".errors",
     "KafkaTimeoutError": ".errors", "ConfigError": ".errors", "BufferFullError": ".errors",
-    "UnknownTopicError": ".errors",
+    "UnknownTopicError": ".errors", "AuthenticationError": ".errors",
     "LoopThread": ".runner",
 }
 

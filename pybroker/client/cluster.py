@@ -197,7 +197,8 @@ class Cluster:
         try:
             conn = await BrokerConnection.open(
                 addr[0], addr[1], self.client_id, self._setup_timeout_s, request_timeout_s=self._request_timeout_s,
-                node_id=node_id, max_frame_bytes=self.config["receive.message.max.bytes"])
+                node_id=node_id, max_frame_bytes=self.config["receive.message.max.bytes"],
+                security=self.config.security)
         except KafkaError:
             delay = backoff_s(failures, self.config["reconnect.backoff.ms"], self.config["reconnect.backoff.max.ms"])
             self._reconnect[addr] = (failures + 1, time.monotonic() + delay)

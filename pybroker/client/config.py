@@ -8,6 +8,7 @@ converted ("5" -> 5, "true"/"false" -> bool, "a,b" -> ["a", "b"]). An unknown na
 """
 from collections.abc import Mapping
 
+from pybroker.client import security as client_security
 from pybroker.client.errors import ConfigError
 
 INT_MAX = 2**31 - 1
@@ -26,8 +27,8 @@ COMMON = {
     "reconnect.backoff.ms": (int, 50, 0),
     "reconnect.backoff.max.ms": (int, 1000, 0),
     "connections.max.idle.ms": (int, 540000, -1),
-    "security.protocol": (str, "PLAINTEXT", ("PLAINTEXT",)),
     "receive.message.max.bytes": (int, 1 << 30, 1024),  # largest response frame accepted
+    **client_security.SECURITY_KEYS,
 }
 
 # Kafka properties these clients recognise but do not implement: setting one is an error that says why.
@@ -62,7 +63,17 @@ class Config(Mapping):
         return len(self._values)
 
     def __repr__(self):
-        return f"Config({self.role}, {self._values!r})"
+        shown = {k: ("[hidden]" if k in client_security.SECRET_KEYS and v is not None else v)
+                 for k, v in self._values.items()}
+        return f"Config({self.role}, {shown!r})"
+
+    @property
+    def security(self) -> client_security.ClientSecurity:
+        """TLS and SASL settings for every connection this client opens."""
+        sec = self.__dict__.get("_security")
+        if sec is None:
+            sec = self.__dict__["_security"] = client_security.from_values(self._values)
+        return sec
 
     @property
     def bootstrap(self) -> list:
@@ -130,7 +141,7 @@ def _convert(name: str, kind, value):
             return kind(value)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{name}: invalid value {value!r}: {exc}") from None
-    raise ConfigError(f"{name}: expected {_TYPE_NAMES.get(kind, kind)}, got {value!r}")
+    raise ConfigError(f"{name}: expected {_TYPE_NAMES.get(kind, kind)}, got {client_security.shown(name, value)}")
 
 
 def _check_allowed(name: str, value, allowed):
@@ -191,6 +202,8 @@ def parse(props: dict | None, role: str, extra_keys: dict | None = None) -> Conf
         raise ConfigError("bootstrap.servers is empty")
     for server in values["bootstrap.servers"]:
         parse_hostport(server)
+    config = Config(values, role)
+    _ = config.security  # checked now: a bad combination fails at construction, not at the first connect
     if values["retry.backoff.max.ms"] < values["retry.backoff.ms"]:
         values["retry.backoff.max.ms"] = values["retry.backoff.ms"]  # Kafka: the max never undercuts the base
-    return Config(values, role)
+    return config

@@ -9,13 +9,22 @@ buffer gets a buffer of its own that the socket reads straight into. A frame siz
 On any failure (peer closed, bad frame, request timeout) the connection closes and every pending
 request fails: with KafkaTimeoutError for the request that timed out, KafkaConnectionError for
 the rest. Kafka's clients do the same, since a response may never arrive once one is lost.
+
+Security (``security``, a ClientSecurity): TLS wraps the socket before the first byte; SASL runs
+SaslHandshake + SaslAuthenticate right after ApiVersions. When the broker gives the session a
+lifetime (KIP-368), the connection re-authenticates in place at 85-95% of it: requests made
+meanwhile are held and written once the new session is up, so callers never see the switch.
+A PLAINTEXT connection does none of this work.
 """
 import asyncio
+import random
 import socket
+import ssl
 import struct
 
 from pybroker import core
-from pybroker.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from pybroker.client import sasl_exchange
+from pybroker.client.errors import AuthenticationError, KafkaConnectionError, KafkaError, KafkaTimeoutError
 from pybroker.protocol import DecodeError, REQUESTS, decode_response, encode_request
 from pybroker.protocol.errors import ErrorCode
 
@@ -130,7 +139,7 @@ class BrokerConnection:
     """A connection to one broker. Create with ``await BrokerConnection.open(...)``."""
 
     def __init__(self, host: str, port: int, client_id: str, request_timeout_s: float,
-                 node_id: int, max_frame_bytes: int):
+                 node_id: int, max_frame_bytes: int, security=None):
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
@@ -148,19 +157,37 @@ class BrokerConnection:
         self._write_paused = False
         self._drain_waiters = []
         self.last_used = 0.0
+        self.security = security
+        self.session_lifetime_ms = 0  # of the current SASL session; 0: none or no expiry
+        self.reauthentications = 0
+        self._reauth_timer = None
+        self._held = None  # frames written while re-authenticating, sent once it is done
+        self._reauth_task = None
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str = "pybroker-client", timeout_s: float = 10.0,
                    *, request_timeout_s: float = 30.0, node_id: int = -1,
-                   max_frame_bytes: int = DEFAULT_MAX_FRAME) -> "BrokerConnection":
-        """Connect, then negotiate versions with ApiVersions (KIP-511 fallback to v0)."""
-        conn = cls(host, port, client_id, request_timeout_s, node_id, max_frame_bytes)
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME, security=None) -> "BrokerConnection":
+        """Connect (TLS if ``security`` says so), negotiate versions with ApiVersions (KIP-511
+        fallback to v0), then authenticate with SASL if ``security`` says so."""
+        if security is not None and security.plaintext:
+            security = None
+        conn = cls(host, port, client_id, request_timeout_s, node_id, max_frame_bytes, security)
         loop = conn._loop = asyncio.get_running_loop()
+        tls = security.ssl_context() if security is not None else None
+        extra = {"ssl": tls, "server_hostname": host, "ssl_handshake_timeout": timeout_s} if tls is not None else {}
         try:
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameProtocol(conn, max_frame_bytes), host, port), timeout_s)
+                loop.create_connection(lambda: _FrameProtocol(conn, max_frame_bytes), host, port, **extra),
+                timeout_s)
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"timed out after {timeout_s:g} s connecting to {conn.address}") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise AuthenticationError(f"TLS handshake with {conn.address} failed: the broker's certificate was "
+                                      f"rejected: {exc.verify_message}", code=-1, name="SSL_HANDSHAKE_FAILED") from None
+        except ssl.SSLError as exc:
+            raise AuthenticationError(f"TLS handshake with {conn.address} failed: {exc.reason or exc}",
+                                      code=-1, name="SSL_HANDSHAKE_FAILED") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {conn.address}: {exc.strerror or exc}") from None
         conn._transport = transport
@@ -173,11 +200,67 @@ class BrokerConnection:
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         try:
             await conn._handshake(timeout_s)
+            if security is not None and security.sasl:
+                await conn._authenticate(timeout_s)
+        except KafkaConnectionError as exc:
+            await conn.close()
+            if tls is None and security is None:
+                raise KafkaConnectionError(f"{exc.message} (if the listener uses TLS or SASL, set "
+                                           "security.protocol)") from None
+            raise
         except BaseException:
             await conn.close()
             raise
         conn.last_used = loop.time()
         return conn
+
+    # ---- SASL and re-authentication (KIP-368) ------------------------------------------------------
+
+    async def _authenticate(self, timeout_s: float, write=None) -> None:
+        exchange = sasl_exchange.steps(self.security, self.api_versions, self.address)
+        request, version = next(exchange)
+        while True:
+            fut = self._send(request, version, timeout_s, False, write)
+            if self._write_paused:
+                await self._drain()
+            try:
+                request, version = exchange.send(await fut)
+            except StopIteration as done:
+                lifetime = done.value or 0
+                break
+        self.session_lifetime_ms = lifetime
+        if lifetime > 0:
+            delay = lifetime / 1000 * (0.85 + 0.1 * random.random())  # spread, as Kafka's clients do
+            self._reauth_timer = self._loop.call_later(delay, self._begin_reauth)
+
+    def _begin_reauth(self) -> None:
+        self._reauth_timer = None
+        if self._closed:
+            return
+        self._held = []
+        self._write = self._hold  # requests made from now on wait for the new session
+        self._reauth_task = self._loop.create_task(self._reauthenticate())  # held: the loop keeps weak refs
+
+    def _hold(self, frame) -> None:
+        self._held.append(_pack_size(len(frame)))
+        self._held.append(frame)
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate(self.request_timeout_s, BrokerConnection._write.__get__(self))
+        except KafkaError as exc:
+            self._fail(exc if isinstance(exc, AuthenticationError) else KafkaConnectionError(
+                f"re-authentication with {self.address} failed: {exc.message}"))
+            return
+        except Exception as exc:  # never leave held requests hanging
+            self._fail(KafkaConnectionError(f"re-authentication with {self.address} failed: {exc!r}"))
+            return
+        finally:
+            self.__dict__.pop("_write", None)
+        self.reauthentications += 1
+        held, self._held = self._held, None
+        if held and not self._closed:
+            self._transport.writelines(held)
 
     async def _handshake(self, timeout_s: float) -> None:
         api = REQUESTS[API_VERSIONS_KEY]
@@ -260,7 +343,7 @@ class BrokerConnection:
             await self._drain()
         return await fut
 
-    def _send(self, obj, version, timeout_s, raw):
+    def _send(self, obj, version, timeout_s, raw, write=None):
         if self._closed:
             raise self._closed_error()
         self._correlation = corr = (self._correlation + 1) & 0x7FFFFFFF
@@ -270,7 +353,7 @@ class BrokerConnection:
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         timer = loop.call_later(timeout, self._expire, corr, timeout) if timeout is not None and timeout > 0 else None
         self._pending[corr] = _Pending(fut, obj.API_KEY, version, raw, timer)
-        self._write(frame)
+        (write or self._write)(frame)
         self.last_used = loop.time()
         return fut
 
@@ -327,6 +410,9 @@ class BrokerConnection:
         return self._close_error or KafkaConnectionError(f"connection to {self.address} is closed")
 
     def _fail(self, error):
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         if not self._closed:
             self._closed = True
             self._close_error = error
@@ -337,7 +423,8 @@ class BrokerConnection:
             if p.timer is not None:
                 p.timer.cancel()
             if not p.future.done():
-                p.future.set_exception(KafkaConnectionError(error.message))
+                p.future.set_exception(error if isinstance(error, AuthenticationError)
+                                       else KafkaConnectionError(error.message))
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
             if not w.done():

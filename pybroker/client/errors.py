@@ -92,6 +92,19 @@ class KafkaTimeoutError(KafkaError):
         return (type(self), (self.message,))
 
 
+class AuthenticationError(KafkaError):
+    """The broker refused our credentials, or TLS or SASL could not be set up. Not retriable:
+    the same settings fail the same way (Kafka's AuthenticationException)."""
+
+    def __init__(self, message: str = "authentication failed", *, code: int = ErrorCode.SASL_AUTHENTICATION_FAILED,
+                 **kw):
+        kw.setdefault("retriable", False)
+        super().__init__(code, message, **kw)
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.code, self.message, self.retriable, self.name))
+
+
 class BufferFullError(KafkaTimeoutError):
     """The producer's buffer stayed full for ``max.block.ms`` (Kafka's BufferExhaustedException)."""
 

@@ -607,7 +607,7 @@ class Fetcher:
                 broker.host, broker.port, self.cluster.client_id,
                 self.config.seconds("socket.connection.setup.timeout.ms"),
                 request_timeout_s=self.config.seconds("request.timeout.ms"), node_id=node,
-                max_frame_bytes=self.config["receive.message.max.bytes"])
+                max_frame_bytes=self.config["receive.message.max.bytes"], security=self.config.security)
         except KafkaError:
             self._conn_failures[node] = failures + 1
             raise

@@ -194,7 +194,7 @@ class GroupMembership:
             shared.host, shared.port, self.cluster.client_id,
             self.config.seconds("socket.connection.setup.timeout.ms"),
             request_timeout_s=self.config.seconds("request.timeout.ms"), node_id=shared.node_id,
-            max_frame_bytes=self.config["receive.message.max.bytes"])
+            max_frame_bytes=self.config["receive.message.max.bytes"], security=self.config.security)
         return self._conn
 
     def _coordinator_lost(self) -> None:

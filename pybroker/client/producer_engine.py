@@ -11,7 +11,8 @@ from pybroker import core
 from pybroker.client import partitioner as partitioners
 from pybroker.client.accumulator import ProducerBatch, RecordAccumulator, now_ms
 from pybroker.client.cluster import Cluster, backoff_s
-from pybroker.client.errors import KafkaConnectionError, KafkaError, UnknownTopicError, error_for
+from pybroker.client.errors import (AuthenticationError, KafkaConnectionError, KafkaError, UnknownTopicError,
+                                    error_for)
 from pybroker.client.idempotence import request_producer_id
 from pybroker.client.producer_config import COMPRESSION, parse_config
 from pybroker.client.producer_delivery import deliver
@@ -279,6 +280,9 @@ class ProducerEngine:
             t = known.get(name)
             if t is not None and self.appender.topic(name).ready:
                 self._install(name, t)
+        if isinstance(error, AuthenticationError):  # the same credentials fail the same way: fail now
+            for name in self._wanted_topics():
+                self._fail_topic(name, error)
         for name in self._wanted_topics():
             t = known.get(name)
             sent = md.topics.get(name) if md is not None else None

@@ -33,7 +33,7 @@ class BrokerQueue:
                         self.conn = await BrokerConnection.open(
                             *self.address, client_id=f"controller-{self.channel.controller_id}",
                             timeout_s=self.channel.timeout_s, request_timeout_s=self.channel.timeout_s,
-                            node_id=self.broker_id)
+                            node_id=self.broker_id, security=self.channel.security)
                     response = await self.conn.request(request, version)
                     break
                 except asyncio.CancelledError:
@@ -59,9 +59,10 @@ class BrokerQueue:
 
 
 class ControllerChannel:
-    def __init__(self, controller_id: int, timeout_s: float):
+    def __init__(self, controller_id: int, timeout_s: float, security=None):
         self.controller_id = controller_id
         self.timeout_s = timeout_s
+        self.security = security  # of the inter-broker listener (pybroker/security/inter_broker.py)
         self.brokers: dict[int, BrokerQueue] = {}
 
     def set_brokers(self, addresses: dict) -> None:

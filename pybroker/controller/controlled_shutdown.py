@@ -8,6 +8,7 @@ import logging
 
 from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.messages import REQUESTS
+from pybroker.security.inter_broker import inter_broker_security
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ async def ask_controller(broker) -> tuple[int, list]:
         return -1, []  # no controller known yet: ask again after the backoff
     timeout = cfg.controller_socket_timeout_ms / 1000
     conn = await BrokerConnection.open(*address, client_id=f"broker-{broker.node_id}-shutdown",
-                                       timeout_s=timeout, request_timeout_s=timeout, node_id=controller)
+                                       timeout_s=timeout, request_timeout_s=timeout, node_id=controller,
+                                       security=inter_broker_security(cfg))
     try:
         resp = await conn.request(REQUESTS[API_KEY](broker_id=broker.node_id, broker_epoch=broker.broker_epoch),
                                   VERSION)

@@ -24,6 +24,7 @@ from pybroker.controller.metadata_cache import PartitionState
 from pybroker.controller.reassignment import Reassigner
 from pybroker.controller.zk import ControllerMovedError, LeaderIsr, encode_state, state_path
 from pybroker.protocol.messages import REQUESTS
+from pybroker.security.inter_broker import inter_broker_security
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,8 @@ class ZkController:
             return
         log.info("broker %d is the controller (epoch %d)", self.node_id, self.epoch)
         self.active = True
-        self.channel = ControllerChannel(self.node_id, self.config.controller_socket_timeout_ms / 1000)
+        self.channel = ControllerChannel(self.node_id, self.config.controller_socket_timeout_ms / 1000,
+                                         inter_broker_security(self.config))
         await self._load_cluster()
         if self.config.auto_leader_rebalance_enable:
             self._rebalance_task = self.loop.create_task(self._rebalance_every_interval())

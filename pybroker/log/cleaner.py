@@ -57,7 +57,8 @@ class CleanerSettings:
 
 @dataclass
 class CleanStats:
-    bytes_read: int = 0
+    bytes_read: int = 0  # every byte read: the dirty part for the map, then the segments rewritten
+    bytes_cleaned: int = 0  # bytes of the segments rewritten (the log cleaned)
     bytes_written: int = 0
     records_read: int = 0
     records_kept: int = 0
@@ -218,6 +219,8 @@ class Cleaner:
                         stats.records_read += kept.records_read
                         stats.records_kept += kept.records_kept
                         stats.bytes_written += len(kept.data)
+                        stats.bytes_read += stop - start
+                        stats.bytes_cleaned += stop - start
                         self.throttler.add(stop - start + len(kept.data))
             cleaned.recover()  # indexes for the new file (and a last check of every batch)
             cleaned.flush()
@@ -404,11 +407,11 @@ class LogCleaner:
         self.buffer_utilization_percent = 100.0 * stats.keys / max(cleaner.offset_map.limit, 1)
         secs = max(stats.seconds, 1e-9)
         log.info("cleaned log topic=%s partition=%d dirty_ratio=%.3f first_dirty=%d next_dirty=%d "
-                 "segments_in=%d segments_out=%d bytes_read=%d bytes_written=%d records_read=%d "
+                 "segments_in=%d segments_out=%d bytes_read=%d bytes_cleaned=%d bytes_written=%d records_read=%d "
                  "records_kept=%d keys=%d map_seconds=%.3f seconds=%.3f mb_per_s=%.1f",
                  tp[0], tp[1], c.ratio, c.first_dirty, end, stats.segments_in, stats.segments_out,
-                 stats.bytes_read, stats.bytes_written, stats.records_read, stats.records_kept, stats.keys,
-                 stats.map_seconds, stats.seconds, stats.bytes_read / secs / 1e6)
+                 stats.bytes_read, stats.bytes_cleaned, stats.bytes_written, stats.records_read, stats.records_kept,
+                 stats.keys, stats.map_seconds, stats.seconds, stats.bytes_cleaned / secs / 1e6)
         return True
 
     def _checkpoint(self, tp: tuple[str, int], offset: int) -> None:

@@ -180,8 +180,8 @@ def _cleaner(out, broker) -> None:
     last = cleaner.last_stats
     for name, help_text, value in (
             ("logcleaner_max_clean_time_secs", "Seconds the last cleaning took.", last.seconds if last else 0),
-            ("logcleaner_cleaner_recopy_percent", "Bytes written as a percentage of bytes read by the last cleaning.",
-             100.0 * last.bytes_written / last.bytes_read if last and last.bytes_read else 0),
+            ("logcleaner_cleaner_recopy_percent", "Bytes written as a percentage of the bytes the last cleaning rewrote.",
+             100.0 * last.bytes_written / last.bytes_cleaned if last and last.bytes_cleaned else 0),
             ("logcleaner_max_buffer_utilization_percent", "Keys in the dedupe map at the last cleaning, percent of its capacity.",
              cleaner.buffer_utilization_percent),
             ("logcleanermanager_max_dirty_percent", "Dirty ratio of the log the cleaner last picked, percent.",

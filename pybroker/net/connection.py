@@ -80,6 +80,8 @@ class Connection:
             self.peer = ("?", 0)
         self.local = tuple(sock.getsockname()[:2])
         self.session = Session(server.listener_name, getattr(server, "security_protocol", "PLAINTEXT"), self.peer[0])
+        if not self.session.authenticated:  # SASL: small frames only until authenticated (sasl.server.max.receive.size)
+            self._max_request = min(self._max_request, getattr(server, "max_pre_auth_bytes", self._max_request))
         self.closed = False
         self.in_flight = 0
         self.held_bytes = 0
@@ -107,6 +109,10 @@ class Connection:
 
     def __repr__(self) -> str:
         return f"Connection(id={self.id} peer={self.peer[0]}:{self.peer[1]})"
+
+    def allow_full_requests(self) -> None:
+        """SASL authentication succeeded: requests up to socket.request.max.bytes from now on."""
+        self._max_request = self.server.max_request_bytes
 
     @property
     def reading(self) -> bool:

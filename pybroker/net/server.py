@@ -12,6 +12,12 @@ awaitable fails, that connection is closed and the error logged on one line.
 Settings use Kafka's names: ``socket.request.max.bytes`` (max_request_bytes) and
 ``connections.max.idle.ms`` (max_idle_ms; negative: never). ``stop(timeout)`` stops accepting,
 lets responses in flight finish and flush (bounded by ``timeout``), then closes every connection.
+
+Security: ``security_protocol`` is the listener's (it goes into each connection's session);
+``tls`` (pybroker.security.tls.ListenerTls) makes every connection a TlsConnection, chosen once
+at accept, so plaintext connections run exactly the code they ran before. ``limits``
+(pybroker.net.limits.ConnectionLimits, shared by a broker's listeners) refuses sockets over
+``max.connections``/``max.connections.per.ip``.
 """
 import asyncio
 import logging
@@ -19,12 +25,19 @@ import signal
 import socket
 
 from pybroker.net.connection import Connection
+from pybroker.net.tls_connection import TlsConnection
 from pybroker.sender import get_sender
 
 log = logging.getLogger(__name__)
 
 ACCEPTS_PER_EVENT = 64
 ACCEPT_RETRY_S = 0.1  # after EMFILE and the like, instead of spinning on a ready listener
+TLS_HANDSHAKE_TIMEOUT_MS = 10000
+
+
+def tls_handshake_timeout_ms(idle_ms: int) -> int:
+    """A TLS handshake gets TLS_HANDSHAKE_TIMEOUT_MS, or connections.max.idle.ms when that is shorter."""
+    return TLS_HANDSHAKE_TIMEOUT_MS if idle_ms < 0 else min(idle_ms, TLS_HANDSHAKE_TIMEOUT_MS)
 
 
 def new_event_loop(use_uvloop: bool | None = None) -> asyncio.AbstractEventLoop:
@@ -68,13 +81,23 @@ class Server:
                  max_request_bytes: int = 104857600, max_idle_ms: int = 600000,
                  max_in_flight: int = 64, max_queued_bytes: int = 16 << 20,
                  recv_buffer_bytes: int = 64 * 1024, backlog: int = 128, sender=None,
-                 listener_name: str = "PLAINTEXT"):
+                 listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT", tls=None,
+                 tls_handshake_timeout_ms: int = TLS_HANDSHAKE_TIMEOUT_MS, limits=None, limits_exempt: bool = False):
         if max_request_bytes < 8:
             raise ValueError("socket.request.max.bytes must be at least 8")
         if max_in_flight < 1 or max_queued_bytes < 1 or recv_buffer_bytes < 16:
             raise ValueError("max_in_flight, max_queued_bytes and recv_buffer_bytes must be positive")
         self.handler = handler
         self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        self.tls = tls
+        self.tls_handshake_timeout_ms = tls_handshake_timeout_ms
+        self.limits = limits
+        self._limits_exempt = limits_exempt
+        self._limited_ips: dict[int, str] = {}  # connection id -> the address it counts against
+        self._connection_class = Connection if tls is None else TlsConnection
+        self.tls_scratch = None  # the TLS connections' shared write buffer, made on first use
+        self.tls_rx_scratch = None  # ... and receive buffer
         self.host = host
         self.max_request_bytes = max_request_bytes
         self.max_idle_ms = max_idle_ms
@@ -195,7 +218,7 @@ class Server:
         listener = self._listener
         for _ in range(ACCEPTS_PER_EVENT):
             try:
-                sock, _addr = listener.accept()
+                sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:
@@ -205,16 +228,27 @@ class Server:
                 self.loop.remove_reader(listener.fileno())
                 self.loop.call_later(ACCEPT_RETRY_S, self._resume_accepting)
                 return
+            ip = addr[0] if isinstance(addr, tuple) else str(addr)
+            if self.limits is not None:
+                refused = self.limits.refusal(ip, self._limits_exempt)
+                if refused is not None:
+                    log.info("closing a new connection from %s: %s", ip, refused)
+                    sock.close()
+                    continue
             try:
                 sock.setblocking(False)
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._next_id += 1
-                conn = Connection(self, sock, self._next_id)
+                conn = self._connection_class(self, sock, self._next_id)
             except OSError as exc:  # the peer may already be gone
                 log.info("dropping a new connection: %s", exc)
                 sock.close()
+                if self.limits is not None:
+                    self.limits.release(ip)
                 continue
+            if self.limits is not None:
+                self._limited_ips[conn.id] = ip
             self.connections[conn.id] = conn
             self.stats.accepted += 1
             self.stats.open_connections += 1
@@ -227,6 +261,8 @@ class Server:
     def _connection_closed(self, conn: Connection) -> None:
         if self.connections.pop(conn.id, None) is not None:
             self.stats.open_connections -= 1
+            if self.limits is not None:
+                self.limits.release(self._limited_ips.pop(conn.id))
         if not self.connections and self._all_closed is not None and not self._all_closed.done():
             self._all_closed.set_result(None)
 

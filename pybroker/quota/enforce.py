@@ -19,7 +19,8 @@ def response_bytes(parts) -> int:
 
 def apply(quotas, result, key: int, header, request, frame, conn, handler_s: float):
     """The response with its throttle time set; mutes ``conn`` when throttled."""
-    user, client_id = ANONYMOUS, header.client_id or ""
+    session = getattr(conn, "session", None)  # the authenticated user (SASL or TLS); ANONYMOUS otherwise
+    user, client_id = session.principal.name if session is not None else ANONYMOUS, header.client_id or ""
     ms = 0
     if key == PRODUCE:
         ms = quotas.record("producer_byte_rate", user, client_id, len(frame))

@@ -16,6 +16,7 @@ import struct
 from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.messages import REQUESTS
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
+from pybroker.security.inter_broker import inter_broker_security
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class ReplicaFetcher:
                         *self.address, client_id=f"broker-{cfg.node_id}-fetcher-{self.leader_id}",
                         timeout_s=cfg.replica_socket_timeout_ms / 1000,
                         request_timeout_s=cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000,
-                        node_id=self.leader_id)
+                        node_id=self.leader_id, security=inter_broker_security(cfg))
                 if self.truncating:
                     await self._truncate()
                     continue

@@ -19,8 +19,9 @@ def _property(text: str) -> tuple[str, str]:
 def _runner(module: str):
     def run(args) -> int:
         import importlib
-        from pybroker.tools.wire import ToolError
+        from pybroker.tools.wire import ToolError, use_command_config
         try:
+            use_command_config(getattr(args, "command_config", None))
             return importlib.import_module(f"pybroker.tools.{module}").run(args)
         except ToolError as exc:
             print(f"pybroker {args.command}: error: {exc}", file=sys.stderr)
@@ -190,6 +191,23 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_runner("dev_cluster"))
     _add_mirror(sub)
     _add_configs(sub)
+    _add_command_config(sub)
+
+
+def _add_command_config(sub) -> None:
+    """Every command that connects to a cluster takes --command-config: Kafka client properties
+    (security.protocol, ssl.truststore.location, ssl.keystore.location, sasl.mechanism,
+    sasl.jaas.config, ...) for all its connections."""
+    aliases = {"produce": ("--producer.config",), "consume": ("--consumer.config",)}
+    done = set()
+    for name, p in sub.choices.items():
+        dests = {a.dest for a in p._actions}
+        if id(p) in done or "bootstrap_server" not in dests or "command_config" in dests:
+            continue
+        done.add(id(p))
+        p.add_argument("--command-config", *aliases.get(name, ()), dest="command_config", metavar="FILE",
+                       help="Kafka client properties for the connections: TLS (PEM truststore/keystore) and "
+                            "SASL (sasl.mechanism, sasl.jaas.config)")
 
 
 def _add_configs(sub) -> None:

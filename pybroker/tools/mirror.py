@@ -21,6 +21,7 @@ import threading
 import time
 
 from pybroker.client import AdminClient, ConfigError, Consumer, KafkaError
+from pybroker.client import config as client_config
 from pybroker.client.config import COMMON
 from pybroker.tools.mirror_batches import MirrorFailed, TargetWriter, split
 from pybroker.tools.mirror_topics import TopicSync
@@ -83,7 +84,9 @@ class Mirror:
     def __init__(self, args, pattern):
         source_props, target_props = dict(args.source_property), dict(args.target_property)
         self.args = args
-        self.writer = TargetWriter(args.target, TARGET_TIMEOUT_MS)  # first: it may fail, and holds no thread
+        target_security = client_config.parse(_admin_conf(args.target, target_props), "admin").security
+        # first: it may fail, and holds no thread
+        self.writer = TargetWriter(args.target, TARGET_TIMEOUT_MS, target_security)
         self.source_admin = AdminClient(_admin_conf(args.source, source_props))
         self.target_admin = AdminClient(_admin_conf(args.target, target_props))
         self.topics = TopicSync(self.source_admin, self.target_admin, pattern, args.replication_factor, say)

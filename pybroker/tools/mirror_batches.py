@@ -82,8 +82,8 @@ def for_target(batch, producer_id: int, epoch: int, sequence: int):
 class TargetWriter:
     """An idempotent producer of ready-made batches, on the tools' blocking client."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int):
-        self.client = Client(bootstrap, timeout_ms)
+    def __init__(self, bootstrap: str, timeout_ms: int, security=None):
+        self.client = Client(bootstrap, timeout_ms, security)
         self.timeout_ms = timeout_ms
         self.leaders: dict = {}  # (topic, partition) -> broker id
         self.queues: dict = {}  # (topic, partition) -> deque of batches not yet acknowledged

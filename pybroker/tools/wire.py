@@ -3,8 +3,14 @@
 One blocking socket per broker, one request in flight at a time, a timeout on every socket
 operation. Each connection starts with ApiVersions and then speaks, per API, the highest
 version that both the broker and the tool (its tested range) support.
+
+Security: a ClientSecurity (``--command-config`` FILE with Kafka's client property names, read by
+``command_security``) wraps the socket in TLS and runs SASL after ApiVersions; a session that the
+broker gives a lifetime is re-authenticated in place before it runs out, between requests.
 """
+import random
 import socket
+import ssl
 import struct
 import time
 
@@ -86,12 +92,40 @@ def parse_hostport(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def command_security(path: str | None):
+    """The ClientSecurity of a ``--command-config`` file (Kafka's client property names), or None.
+    Settings other than security ones (e.g. request.timeout.ms) are left to the tool's own options."""
+    if not path:
+        return None
+    from pybroker.client import config as client_config
+    from pybroker.client import java_props
+    from pybroker.client.errors import ConfigError
+    from pybroker.config import parse_properties
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise ToolError(f"--command-config {path}: {exc.strerror or exc}") from None
+    props = {k: v for k, v, _ in parse_properties(text, path) if java_props.is_security_key(k)}
+    try:
+        translated = java_props.translate(props)
+        security = client_config.parse({"bootstrap.servers": "127.0.0.1:1", **translated}, "admin").security
+        security.ssl_context()  # unreadable certificate files fail now, once
+    except ConfigError as exc:
+        raise ToolError(f"--command-config {path}: {exc.message}") from None
+    return None if security.plaintext else security
+
+
 class Connection:
     """One broker connection: framing, correlation ids, negotiated versions."""
 
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, security=None):
         self.address = f"{host}:{port}"
         self.timeout = timeout
+        self.security = security
+        self._reauth_at = None  # monotonic time to re-authenticate (SASL sessions with a lifetime)
+        self._outstanding = 0  # requests sent whose responses are not read yet
+        self.reauthentications = 0
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -101,10 +135,47 @@ class Connection:
         self._correlation = 0
         self.broker_versions: dict[int, tuple[int, int]] = {}
         try:
-            self._handshake()
+            if security is not None and security.ssl:
+                self._start_tls(host)
+            try:
+                self._handshake()
+            except ToolError as exc:
+                if security is None:
+                    raise ToolError(f"{exc} (if the listener uses TLS or SASL, pass --command-config)") from None
+                raise
+            if security is not None and security.sasl:
+                self._authenticate()
         except BaseException:
             self.close()
             raise
+
+    def _start_tls(self, host: str) -> None:
+        try:
+            self.sock = self.security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as exc:
+            raise ToolError(f"TLS handshake with {self.address} failed: the broker's certificate was rejected: "
+                            f"{exc.verify_message}") from None
+        except (ssl.SSLError, OSError) as exc:
+            raise ToolError(f"TLS handshake with {self.address} failed: "
+                            f"{getattr(exc, 'reason', None) or exc.strerror or exc}") from None
+
+    def _authenticate(self) -> None:
+        from pybroker.client import sasl_exchange
+        from pybroker.client.errors import KafkaError as ClientError
+        exchange = sasl_exchange.steps(self.security, self.broker_versions, self.address)
+        try:
+            request, version = next(exchange)
+            while True:
+                try:
+                    request, version = exchange.send(self._exchange(request, version))
+                except StopIteration as done:
+                    lifetime_ms = done.value or 0
+                    break
+        except ClientError as exc:
+            raise ToolError(str(exc)) from None
+        # as Kafka's clients: at 85-95% of the session's lifetime
+        self._reauth_at = (time.monotonic() + lifetime_ms / 1000 * (0.85 + 0.1 * random.random())
+                           if lifetime_ms > 0 else None)
 
     def _handshake(self) -> None:
         api = REQUESTS[API_VERSIONS]
@@ -146,7 +217,12 @@ class Connection:
         (correlation id, version) for ``receive``."""
         if version is None:
             version = self.version(obj.API_KEY)
+        if self._reauth_at is not None and self._outstanding == 0 and time.monotonic() >= self._reauth_at:
+            self._reauth_at = None
+            self._authenticate()
+            self.reauthentications += 1
         self._correlation += 1
+        self._outstanding += 1
         frame = encode_request(version, self._correlation, CLIENT_ID, obj)
         try:
             self.sock.sendall(_SIZE.pack(len(frame)) + frame)
@@ -176,6 +252,7 @@ class Connection:
         except OSError as exc:
             raise ToolError(f"connection to {self.address} failed: {exc.strerror or exc}") from None
         self._last_frame = data
+        self._outstanding -= 1
         try:
             header, body = decode_response(data, api_key, version)
         except DecodeError as exc:
@@ -204,11 +281,21 @@ class Connection:
             pass
 
 
+DEFAULT_SECURITY = None  # the running command's --command-config, for every Client it makes
+
+
+def use_command_config(path: str | None) -> None:
+    """Make ``--command-config`` apply to every Client of this command."""
+    global DEFAULT_SECURITY
+    DEFAULT_SECURITY = command_security(path)
+
+
 class Client:
     """Connections to a cluster found through a bootstrap list, plus its last metadata."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int = 30000):
+    def __init__(self, bootstrap: str, timeout_ms: int = 30000, security=None):
         self.timeout = timeout_ms / 1000
+        self.security = security if security is not None else DEFAULT_SECURITY
         self.bootstrap = [parse_hostport(s) for s in bootstrap.split(",") if s.strip()]
         if not self.bootstrap:
             raise ToolError("--bootstrap-server is empty")
@@ -236,7 +323,7 @@ class Client:
         errors = []
         for host, port in self.bootstrap:
             try:
-                self._any = self._conns[(host, port)] = Connection(host, port, self.timeout)
+                self._any = self._conns[(host, port)] = Connection(host, port, self.timeout, self.security)
                 return self._any
             except ToolError as exc:
                 errors.append(str(exc))
@@ -249,14 +336,14 @@ class Client:
         addr = self.brokers[node_id]
         conn = self._conns.get(addr)
         if conn is None:
-            conn = self._conns[addr] = Connection(*addr, self.timeout)
+            conn = self._conns[addr] = Connection(*addr, self.timeout, self.security)
         return conn
 
     def addr_conn(self, host: str, port: int) -> Connection:
         """A connection to the broker at ``host:port`` (e.g. a group coordinator), reused if open."""
         conn = self._conns.get((host, port))
         if conn is None:
-            conn = self._conns[(host, port)] = Connection(host, port, self.timeout)
+            conn = self._conns[(host, port)] = Connection(host, port, self.timeout, self.security)
         return conn
 
     def controller_conn(self) -> Connection:

@@ -74,7 +74,6 @@ _REFUSED_SINK_KEYS = {
     "transactional.id": "transactions are not supported (delivery is at-least-once)",
     "partitioner.class": "custom partitioners are not supported: set the 'partition' column",
 }
-_SECURITY_PREFIXES = ("ssl.", "sasl.")
 
 _TIME_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
                "d": 86_400_000}
@@ -226,16 +225,27 @@ def _client_settings(opts: dict, side: str) -> dict:
             raise OptionError(f"option '{key}' is not supported: {_REFUSED_CLIENT_KEYS[prop]}")
         if side == "sink" and prop in _REFUSED_SINK_KEYS:
             raise OptionError(f"option '{key}' is not supported: {_REFUSED_SINK_KEYS[prop]}")
-        if (prop.startswith(_SECURITY_PREFIXES) or prop == "security.providers" or
-                (prop == "security.protocol" and (value or "").strip().upper() != "PLAINTEXT")):
-            raise OptionError(f"option '{key}' is not supported: only the PLAINTEXT security "
-                              f"protocol is (no TLS or SASL)")
+        if prop == "security.providers":
+            raise OptionError(f"option '{key}' is not supported: TLS comes from Python's ssl module")
         if prop in _IGNORED_CLIENT_KEYS[side]:
             log.debug("option '%s' does not apply to the %s %s and is ignored", key, SOURCE_NAME,
                       side)
             continue
         props[prop] = value
-    return props
+    return _security_settings(props)
+
+
+def _security_settings(props: dict) -> dict:
+    """Kafka's security properties (security.protocol, kafka.ssl.truststore.location (PEM),
+    kafka.sasl.jaas.config, ...) mapped to the client's names."""
+    from pybroker.client import java_props
+    from pybroker.client.errors import ConfigError
+    if not any(java_props.is_security_key(k) for k in props):
+        return props
+    try:
+        return java_props.translate(props)
+    except ConfigError as exc:
+        raise OptionError(f"kafka.* security option: {exc.message}") from None
 
 
 def _offset_bound(opts: dict, prefix: str):
@@ -344,7 +354,7 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     offset_retries: int = 3
     offset_retry_interval_ms: int = 10
-    client: dict = field(default_factory=dict)  # kafka.* client properties, prefix removed
+    client: dict = field(default_factory=dict, repr=False)  # kafka.* client properties (may hold a password)
 
     def client_config(self) -> dict:
         """Properties for the clients: the bootstrap list plus the kafka.* settings."""
@@ -455,7 +465,7 @@ class WriteOptions:
     """The checked sink options."""
     bootstrap: str
     topic: str | None
-    client: dict = field(default_factory=dict)
+    client: dict = field(default_factory=dict, repr=False)  # may hold a password
 
     def client_config(self) -> dict:
         return {"bootstrap.servers": self.bootstrap, **self.client}

@@ -1,0 +1,38 @@
+"""DescribeAcls: the ACLs a filter matches, grouped by resource pattern (DESCRIBE on the cluster)."""
+from pybroker.protocol.messages import RESPONSES
+from pybroker.security import acl as A
+from pybroker.security.acl_wire import (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED,
+                                        SECURITY_DISABLED_MESSAGE, filter_from)
+
+API_KEY = 29
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+Response = RESPONSES[API_KEY]
+
+
+def handle(ctx, request):
+    authz = ctx.broker.authorizer
+    if authz is None:
+        return _error(SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
+    if not authz.allowed(ctx, A.DESCRIBE, A.CLUSTER, A.CLUSTER_NAME):
+        return _error(CLUSTER_AUTHORIZATION_FAILED, None)
+    try:
+        filt = filter_from(request, ctx.version)
+    except A.AclError as exc:
+        return _error(INVALID_REQUEST, str(exc))
+    resources = {}
+    for b in authz.matching(filt):
+        if ctx.version == 0 and b.pattern.pattern_type != A.LITERAL:
+            continue  # v0 cannot say PREFIXED
+        resources.setdefault(b.pattern, []).append(Response.AclDescription(
+            principal=b.entry.principal, host=b.entry.host, operation=b.entry.operation,
+            permission_type=b.entry.permission))
+    return Response(throttle_time_ms=0, error_code=0, error_message=None, resources=[
+        Response.DescribeAclsResource(resource_type=p.resource_type, resource_name=p.name,
+                                      pattern_type=p.pattern_type, acls=acls)
+        for p, acls in resources.items()])
+
+
+def _error(code: int, message):
+    return Response(throttle_time_ms=0, error_code=code, error_message=message, resources=[])

@@ -1,0 +1,23 @@
+"""ACL requests' wire fields into bindings and filters, and the error codes the ACL APIs share."""
+from pybroker.security import acl as A
+
+CLUSTER_AUTHORIZATION_FAILED = 31
+INVALID_REQUEST = 42
+SECURITY_DISABLED = 54
+UNKNOWN_SERVER_ERROR = -1
+SECURITY_DISABLED_MESSAGE = "no authorizer is configured on the broker (authorizer.class.name)"
+
+
+def filter_from(f, version: int) -> A.AclBindingFilter:
+    """A DescribeAcls request or DeleteAcls filter (v0 has no pattern type: LITERAL)."""
+    return A.validate_filter(A.AclBindingFilter(
+        f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter if version >= 1 else A.LITERAL,
+        f.principal_filter, f.host_filter, f.operation, f.permission_type))
+
+
+def binding_from(c, version: int) -> A.AclBinding:
+    """A CreateAcls creation (v0 has no pattern type: LITERAL)."""
+    pattern_type = c.resource_pattern_type if version >= 1 else A.LITERAL
+    return A.validate_binding(A.AclBinding(A.ResourcePattern(c.resource_type, c.resource_name, pattern_type),
+                                           A.AccessControlEntry(c.principal, c.host, c.operation,
+                                                                c.permission_type)))
