@@ -239,38 +239,46 @@ cdef inline int batch_error(Walk *w, int kind, int64_t a, int64_t b) noexcept no
     return W_ERROR
 
 
+cdef int read_header(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
+    """Check the batch header at w.pos and fill w (base, magic, attributes, lod, count, end): W_OK or W_ERROR."""
+    cdef const uint8_t *q = p + w.pos
+    cdef int32_t length
+    w.base = pb_get64(q) if n - w.pos >= 8 else -1
+    if n - w.pos < LOG_OVERHEAD:
+        return batch_error(w, E_TRUNCATED, LOG_OVERHEAD, n - w.pos)
+    length = pb_get32(q + 8)
+    if length < MIN_BATCH_LENGTH:
+        return batch_error(w, E_SHORT, length, 0)
+    if n - w.pos - LOG_OVERHEAD < length:
+        return batch_error(w, E_TRUNCATED, <int64_t>length + LOG_OVERHEAD, n - w.pos)
+    w.magic = <int8_t>q[16]
+    w.attributes = pb_get16(q + 21)
+    w.lod = pb_get32(q + 23)
+    w.count = pb_get32(q + 57)
+    if w.magic != 2:
+        return batch_error(w, E_MAGIC, w.magic, 0)
+    if w.attributes & 7 > 4:
+        return batch_error(w, E_CODEC, w.attributes & 7, 0)
+    if w.lod < 0:
+        return batch_error(w, E_LOD, w.lod, 0)
+    if w.count < 0:
+        return batch_error(w, E_COUNT, w.count, 0)
+    if w.base < 0 or w.base > INT64_MAX - w.lod:
+        return batch_error(w, E_BASE, w.base, 0)
+    w.end = w.pos + LOG_OVERHEAD + length
+    return W_OK
+
+
 cdef int walk(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
     """Walk batches from w.pos: W_OK at the end or at stop, W_FULL, W_COMPRESSED or W_ERROR."""
     cdef const uint8_t *q
-    cdef int32_t length
     cdef int r
     while w.pos < n:
         q = p + w.pos
-        w.base = pb_get64(q) if n - w.pos >= 8 else -1
-        if n - w.pos < LOG_OVERHEAD:
-            return batch_error(w, E_TRUNCATED, LOG_OVERHEAD, n - w.pos)
-        length = pb_get32(q + 8)
-        if length < MIN_BATCH_LENGTH:
-            return batch_error(w, E_SHORT, length, 0)
-        if n - w.pos - LOG_OVERHEAD < length:
-            return batch_error(w, E_TRUNCATED, <int64_t>length + LOG_OVERHEAD, n - w.pos)
-        w.magic = <int8_t>q[16]
-        w.attributes = pb_get16(q + 21)
-        w.lod = pb_get32(q + 23)
-        w.count = pb_get32(q + 57)
-        if w.magic != 2:
-            return batch_error(w, E_MAGIC, w.magic, 0)
-        if w.attributes & 7 > 4:
-            return batch_error(w, E_CODEC, w.attributes & 7, 0)
-        if w.lod < 0:
-            return batch_error(w, E_LOD, w.lod, 0)
-        if w.count < 0:
-            return batch_error(w, E_COUNT, w.count, 0)
-        if w.base < 0 or w.base > INT64_MAX - w.lod:
-            return batch_error(w, E_BASE, w.base, 0)
+        if read_header(p, n, w) != W_OK:
+            return W_ERROR
         if w.base >= w.stop:
             return W_OK
-        w.end = w.pos + LOG_OVERHEAD + length
         if w.base + w.lod >= w.start and not w.attributes & ATTR_CONTROL:
             if w.attributes & 7:
                 return W_COMPRESSED
@@ -733,34 +741,14 @@ cdef int retain_walk(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, Retain *
                      Out *o) noexcept nogil:
     """Copy or rewrite batches from w.pos: W_OK at the end, W_COMPRESSED, W_FULL (no memory), W_ERROR."""
     cdef const uint8_t *q
-    cdef int32_t length
     cdef int code
-    cdef int64_t base_ts, max_ts
+    cdef int64_t base_ts
     cdef bint horizon, restamp
-    cdef Py_ssize_t size, start
+    cdef Py_ssize_t start
     while w.pos < n:
         q = p + w.pos
-        w.base = pb_get64(q) if n - w.pos >= 8 else -1
-        if n - w.pos < HEADER_SIZE:
-            return batch_error(w, E_TRUNCATED, HEADER_SIZE, n - w.pos)
-        length = pb_get32(q + 8)
-        if length < MIN_BATCH_LENGTH:
-            return batch_error(w, E_SHORT, length, 0)
-        if n - w.pos - LOG_OVERHEAD < length:
-            return batch_error(w, E_TRUNCATED, <int64_t>length + LOG_OVERHEAD, n - w.pos)
-        w.magic = <int8_t>q[16]
-        w.attributes = pb_get16(q + 21)
-        w.lod = pb_get32(q + 23)
-        w.count = pb_get32(q + 57)
-        if w.magic != 2:
-            return batch_error(w, E_MAGIC, w.magic, 0)
-        if w.attributes & 7 > 4:
-            return batch_error(w, E_CODEC, w.attributes & 7, 0)
-        if w.lod < 0:
-            return batch_error(w, E_LOD, w.lod, 0)
-        if w.count < 0:
-            return batch_error(w, E_COUNT, w.count, 0)
-        w.end = w.pos + LOG_OVERHEAD + length
+        if read_header(p, n, w) != W_OK:
+            return W_ERROR
         r.batches += 1
         r.read += w.count
         if w.attributes & ATTR_CONTROL:
@@ -867,14 +855,10 @@ def keyless_offset(buf):
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         memset(&w, 0, sizeof(Walk))
-        while w.pos + HEADER_SIZE <= view.len:
+        while w.pos < view.len:
             q = <const uint8_t *>view.buf + w.pos
-            w.base = pb_get64(q)
-            w.end = w.pos + LOG_OVERHEAD + pb_get32(q + 8)
-            if w.end > view.len or w.end < w.pos + HEADER_SIZE:
-                raise CorruptRecordError("truncated batch", w.base, w.pos)
-            w.attributes = pb_get16(q + 21)
-            w.count = pb_get32(q + 57)
+            if read_header(<const uint8_t *>view.buf, view.len, &w) != W_OK:
+                raise CorruptRecordError(_reason(&w), w.base, w.pos)
             w.stopped = -1
             if w.attributes & 7:
                 section = bytes(decompress(w.attributes & 7, (<const char *>view.buf)[w.pos + HEADER_SIZE:w.end]))

@@ -144,7 +144,7 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
-            "inter.broker.listener.name", "metrics.listener", "authorizer.class.name", "super.users")
+            "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name", "super.users")
 SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
@@ -338,11 +338,16 @@ class BrokerConfig:
         values.update(listeners=listeners, advertised_listeners=advertised, listener_protocols=protocols)
         values["max_connections_per_ip_overrides"] = _per_ip_overrides(raw, values)
         _check_tls(raw, listeners, protocols)
-        if raw.get("inter.broker.listener.name"):
-            name = raw["inter.broker.listener.name"].strip().upper()
+        if raw.get("inter.broker.listener.name") and raw.get("security.inter.broker.protocol"):
+            raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                              "should be set.", "security.inter.broker.protocol")
+        # as Kafka: security.inter.broker.protocol names the listener called like the protocol
+        key = "inter.broker.listener.name" if raw.get("inter.broker.listener.name") else "security.inter.broker.protocol"
+        if raw.get(key):
+            name = raw[key].strip().upper()
             if name not in {a.name for a in advertised}:
-                raise ConfigError(f"inter.broker.listener.name={name}: no such advertised listener "
-                                  f"({', '.join(a.name for a in advertised)})", "inter.broker.listener.name")
+                raise ConfigError(f"{key}={name}: no such advertised listener "
+                                  f"({', '.join(a.name for a in advertised)})", key)
             values["inter_broker_listener_name"] = name
         values["log"] = _log_config(raw)
         _authorizer(raw, values)
@@ -374,6 +379,7 @@ class BrokerConfig:
         put("zookeeper.connect", self.zookeeper_connect)
         put("metrics.listener", raw.get("metrics.listener") or None)
         put("inter.broker.listener.name", self.inter_broker_listener.name)
+        put("security.inter.broker.protocol", self.security_protocol(self.inter_broker_listener.name))
         put("log.dirs", ",".join(self.log_dirs), "log.dirs", "log.dir")
         put("log.dir", raw.get("log.dir", self.log_dirs[0]), "log.dir", "log.dirs")
         put("cluster.id", self.cluster_id)

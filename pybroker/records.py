@@ -25,7 +25,8 @@ class Record:
     timestamp: int | None = None  # absolute ms; None = the batch's base timestamp
 
 
-def _varint(n: int) -> bytes:
+def zigzag_varint(n: int) -> bytes:
+    """Kafka's signed varint (zigzag) encoding of ``n``."""
     z = (n << 1) ^ (n >> 63)  # zigzag
     out = bytearray()
     while z >= 0x80:
@@ -36,20 +37,20 @@ def _varint(n: int) -> bytes:
 
 
 def _bytes_field(b: bytes | None) -> bytes:
-    return _varint(-1) if b is None else _varint(len(b)) + b
+    return zigzag_varint(-1) if b is None else zigzag_varint(len(b)) + b
 
 
 def _encode_record(rec: Record, offset_delta: int, timestamp_delta: int) -> bytes:
     body = bytearray(b"\x00")  # record attributes (unused)
-    body += _varint(timestamp_delta)
-    body += _varint(offset_delta)
+    body += zigzag_varint(timestamp_delta)
+    body += zigzag_varint(offset_delta)
     body += _bytes_field(rec.key)
     body += _bytes_field(rec.value)
-    body += _varint(len(rec.headers))
+    body += zigzag_varint(len(rec.headers))
     for hkey, hval in rec.headers:
         body += _bytes_field(hkey.encode())
         body += _bytes_field(hval)
-    return _varint(len(body)) + body
+    return zigzag_varint(len(body)) + body
 
 
 def build_batch(records, base_offset: int = 0, base_timestamp: int = 0,

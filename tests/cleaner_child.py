@@ -2,7 +2,8 @@
 
 Every record is deterministic from its offset (key ``key-<offset*7 % 40>``, value
 ``r<round>-o<offset>``), so the parent can check any record it finds. ``A <first> <last>`` is
-printed after each append returns; the cleaner is throttled so that a kill often lands mid-cleaning.
+printed after each append returns and ``C`` before each cleaning; the cleaner is throttled so that a
+kill soon after a ``C`` lands mid-cleaning.
 """
 import os
 import sys
@@ -38,6 +39,7 @@ def main() -> None:
             print(f"A {info.first_offset} {info.last_offset}", flush=True)
         lg.roll()
         now += 1
+        print("C", flush=True)  # a cleaning starts
         m.cleaner.clean_once(cleaner, now=now)
 
 

@@ -353,3 +353,19 @@ def test_quote():
     assert quote("a b") == '"a b"' and quote("a=b") == '"a=b"' and quote("") == '""'
     assert quote('q"\\') == '"q\\"\\\\"' and quote("x\ny") == '"x\\ny"'
     assert quote(3) == "3" and quote(False) == "false" and quote(None) == "null"
+
+
+def test_security_inter_broker_protocol_names_the_inter_broker_listener():
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+            'password="secret" user_broker="secret";')
+    c = BrokerConfig.from_properties({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "security.inter.broker.protocol": "SASL_PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas})
+    assert c.inter_broker_listener.name == "SASL_PLAINTEXT"
+    with pytest.raises(ConfigError, match="Only one of inter.broker.listener.name and security.inter.broker.protocol"):
+        BrokerConfig.from_properties({"inter.broker.listener.name": "PLAINTEXT",
+                                      "security.inter.broker.protocol": "PLAINTEXT"})
+    with pytest.raises(ConfigError, match="security.inter.broker.protocol=SSL: no such advertised listener"):
+        BrokerConfig.from_properties({"security.inter.broker.protocol": "SSL"})

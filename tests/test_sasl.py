@@ -100,7 +100,7 @@ def test_plain_messages_as_kafka():
 
 
 def test_jaas_syntax():
-    from pybroker.security.sasl import jaas
+    from pybroker import jaas
     entry = jaas.parse_one('org.apache.kafka.common.security.scram.ScramLoginModule required /* c */ '
                            'username="ad\\"min" // comment\n password=s3cret;')
     assert entry.options == {"username": 'ad"min', "password": "s3cret"} and "s3cret" not in repr(entry)
@@ -172,12 +172,17 @@ def confluent_conf(b, mechanism: str, user=None, password=None) -> dict:
 # ---- each client, each mechanism ------------------------------------------------------------
 
 def _confluent(b, mechanism, topic, values):
+    return _confluent_round_trip(confluent_conf(b, mechanism), topic, values)
+
+
+def _confluent_round_trip(conf, topic, values):
+    """Produce ``values`` with confluent-kafka, then read partition 0 back from the start."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    p = Producer({**confluent_conf(b, mechanism), "acks": "all", "linger.ms": 5})
+    p = Producer({**conf, "acks": "all", "linger.ms": 5})
     for v in values:
         p.produce(topic, v)
     assert p.flush(DEADLINE) == 0
-    c = Consumer({**confluent_conf(b, mechanism), "group.id": topic, "enable.auto.commit": False})
+    c = Consumer({**conf, "group.id": topic, "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, 0)])
     got, deadline = [], time.monotonic() + DEADLINE
     while len(got) < len(values) and time.monotonic() < deadline:
@@ -711,23 +716,10 @@ def tls_client(b) -> WireClient:
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_sasl_ssl_confluent(ssl_broker, mechanism):
-    from confluent_kafka import Consumer, Producer, TopicPartition
     conf = {**confluent_conf(ssl_broker, mechanism), "security.protocol": "SASL_SSL", "ssl.ca.location": ssl_broker.ca}
     topic = topic_name()
     values = [f"ssl-{mechanism}-{i}".encode() for i in range(20)]
-    p = Producer({**conf, "acks": "all"})
-    for v in values:
-        p.produce(topic, v)
-    assert p.flush(DEADLINE) == 0
-    c = Consumer({**conf, "group.id": topic, "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    got, deadline = [], time.monotonic() + DEADLINE
-    while len(got) < len(values) and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            got.append(m.value())
-    c.close()
-    assert got == values
+    assert _confluent_round_trip(conf, topic, values) == values
 
 
 def test_sasl_ssl_wrong_password_and_gate(ssl_broker):

@@ -12,6 +12,7 @@ from xxhash import xxh3_128_intdigest
 from pybroker.compression import decompress
 from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, ENTRY_SIZE, FillResult
 from pybroker.errors import CorruptRecordError
+from pybroker.records import zigzag_varint
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12
@@ -52,6 +53,31 @@ def _offset(value) -> int:
     if not -(1 << 63) <= value <= INT64_MAX:
         raise OverflowError("offset out of int64 range")
     return value
+
+
+def _batch_header(view, pos: int, n: int) -> tuple:
+    """(base, length, magic, attributes, lod, count) of the batch at ``pos``, checked as the native walker does."""
+    base = _I64.unpack_from(view, pos)[0] if n - pos >= 8 else -1
+    if n - pos < LOG_OVERHEAD:
+        raise CorruptRecordError(f"truncated batch: {LOG_OVERHEAD} bytes needed, {n - pos} left", base, pos)
+    length = _HEAD.unpack_from(view, pos)[1]
+    if length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch length {length} is smaller than {MIN_BATCH_LENGTH}", base, pos)
+    if n - pos - LOG_OVERHEAD < length:
+        raise CorruptRecordError(f"truncated batch: {length + LOG_OVERHEAD} bytes needed, {n - pos} left", base, pos)
+    magic, _, attributes, lod = _FIELDS.unpack_from(view, pos + 16)
+    count = _COUNT.unpack_from(view, pos + 57)[0]
+    if magic != 2:
+        raise CorruptRecordError(f"unsupported magic {magic}", base, pos)
+    if attributes & 7 > 4:
+        raise CorruptRecordError(f"unknown compression codec {attributes & 7}", base, pos)
+    if lod < 0:
+        raise CorruptRecordError(f"negative last offset delta {lod}", base, pos)
+    if count < 0:
+        raise CorruptRecordError(f"negative record count {count}", base, pos)
+    if base < 0 or base > INT64_MAX - lod:
+        raise CorruptRecordError(f"base offset {base} out of range", base, pos)
+    return base, length, magic, attributes, lod, count
 
 
 class OffsetMap:
@@ -131,29 +157,8 @@ class OffsetMap:
         result = None
         try:
             while pos < n:
-                base = _I64.unpack_from(view, pos)[0] if n - pos >= 8 else -1
-                if n - pos < LOG_OVERHEAD:
-                    raise CorruptRecordError(f"truncated batch: {LOG_OVERHEAD} bytes needed, {n - pos} left",
-                                             base, pos)
-                length = _HEAD.unpack_from(view, pos)[1]
-                if length < MIN_BATCH_LENGTH:
-                    raise CorruptRecordError(f"batch length {length} is smaller than {MIN_BATCH_LENGTH}", base, pos)
-                if n - pos - LOG_OVERHEAD < length:
-                    raise CorruptRecordError(
-                        f"truncated batch: {length + LOG_OVERHEAD} bytes needed, {n - pos} left", base, pos)
-                magic, _, attributes, lod = _FIELDS.unpack_from(view, pos + 16)
-                count = _COUNT.unpack_from(view, pos + 57)[0]
-                if magic != 2:
-                    raise CorruptRecordError(f"unsupported magic {magic}", base, pos)
+                base, length, _, attributes, lod, count = _batch_header(view, pos, n)
                 codec = attributes & 7
-                if codec > 4:
-                    raise CorruptRecordError(f"unknown compression codec {codec}", base, pos)
-                if lod < 0:
-                    raise CorruptRecordError(f"negative last offset delta {lod}", base, pos)
-                if count < 0:
-                    raise CorruptRecordError(f"negative record count {count}", base, pos)
-                if base < 0 or base > INT64_MAX - lod:
-                    raise CorruptRecordError(f"base offset {base} out of range", base, pos)
                 if base >= stop:
                     break
                 end = pos + LOG_OVERHEAD + length
@@ -215,16 +220,6 @@ ATTR_DELETE_HORIZON = 0x40
 _HDR = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
 
 
-def _zigzag(value: int) -> bytes:
-    z = ((value << 1) ^ (value >> 63)) & M64
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _records(p, n: int, base: int, lod: int, count: int):
     """(start, end, attributes_pos, ts_delta, ts_end, offset, key or None, is_tombstone) per record."""
     pos = 0
@@ -252,8 +247,8 @@ def _records(p, n: int, base: int, lod: int, count: int):
 
 def _encode_record(p, start: int, end: int, ts_delta: int, ts_end: int) -> bytes:
     """The record at p[start:end] with its timestamp delta replaced (a new base timestamp)."""
-    body = bytes(p[start:start + 1]) + _zigzag(ts_delta) + bytes(p[ts_end:end])
-    return _zigzag(len(body)) + body
+    body = bytes(p[start:start + 1]) + zigzag_varint(ts_delta) + bytes(p[ts_end:end])
+    return zigzag_varint(len(body)) + body
 
 
 def _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset):
@@ -267,16 +262,9 @@ def _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset):
     out = bytearray()
     pos = read = kept_records = batches = kept_batches = 0
     while pos < n:
-        base = _I64.unpack_from(view, pos)[0] if n - pos >= 8 else -1
-        if n - pos < HEADER_SIZE:
-            raise CorruptRecordError(f"truncated batch: {HEADER_SIZE} bytes needed, {n - pos} left", base, pos)
-        (base, length, ple, magic, crc, attrs, lod, base_ts, max_ts, pid, epoch, seq,
-         count) = _HDR.unpack_from(view, pos)
+        base, length, _, attrs, lod, count = _batch_header(view, pos, n)
+        (_, _, ple, _, _, _, _, base_ts, max_ts, pid, epoch, seq, _) = _HDR.unpack_from(view, pos)
         end = pos + LOG_OVERHEAD + length
-        if length < MIN_BATCH_LENGTH or end > n:
-            raise CorruptRecordError(f"batch length {length} out of range", base, pos)
-        if magic != 2 or attrs & 7 > 4 or lod < 0 or count < 0:
-            raise CorruptRecordError("not a valid v2 batch header", base, pos)
         batches += 1
         read += count
         if attrs & ATTR_CONTROL:
@@ -319,7 +307,7 @@ def _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset):
                 if stamp:
                     records += _encode_record(section, start, rec_end, base_ts + ts_delta - new_base_ts, ts_end)
                 else:
-                    records += _zigzag(rec_end - start) + bytes(section[start:rec_end])
+                    records += zigzag_varint(rec_end - start) + bytes(section[start:rec_end])
             if not attrs & 0x08 and kept:  # CreateTime: the max of what is left
                 max_ts = max(base_ts + r[2] for r in kept)
             body = compress(codec, records) if codec else bytes(records)
@@ -343,11 +331,9 @@ def keyless_offset(buf) -> int:
     """The offset of the first record without a key in the v2 batches of ``buf``, or -1."""
     view = memoryview(buf).cast("B")
     pos = 0
-    while pos + HEADER_SIZE <= len(view):
-        (base, length, _, _, _, attrs, lod, _, _, _, _, _, count) = _HDR.unpack_from(view, pos)
+    while pos < len(view):
+        base, length, _, attrs, lod, count = _batch_header(view, pos, len(view))
         end = pos + LOG_OVERHEAD + length
-        if end > len(view) or length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError("truncated batch", base, pos)
         section = view[pos + HEADER_SIZE:end]
         if attrs & 7:
             section = memoryview(decompress(attrs & 7, section))

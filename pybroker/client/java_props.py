@@ -9,8 +9,7 @@ chain) becomes ``ssl.certificate.location`` and ``ssl.key.location``; ``ssl.key.
 JKS and PKCS12 stores are refused with a hint to convert them to PEM; Java-only knobs with no
 meaning here (store passwords of PEM stores, cipher lists, SSL providers) are dropped.
 """
-import re
-
+from pybroker import jaas
 from pybroker.client.errors import ConfigError
 
 LOGIN_MODULES = {
@@ -27,28 +26,15 @@ DROPPED = frozenset({
     "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
     "sasl.login.refresh.buffer.seconds", "sasl.kerberos.service.name",
 })
-_OPTION = re.compile(r'\s*([A-Za-z0-9_.\-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s";]+)')
 
 
 def parse_jaas(text: str) -> tuple[str, dict]:
     """``LoginModule flag key="value" ...;`` -> (login module class, options)."""
-    m = re.match(r'\s*([A-Za-z0-9_.$]+)\s+(required|requisite|sufficient|optional)\b', text)
-    if m is None:
-        raise ConfigError("sasl.jaas.config: expected '<LoginModule class> required key=\"value\" ...;'")
-    pos, options = m.end(), {}
-    while True:
-        om = _OPTION.match(text, pos)
-        if om is None:
-            break
-        value = om.group(2)
-        if value.startswith('"'):
-            value = re.sub(r'\\(.)', r'\1', value[1:-1])
-        options[om.group(1)] = value
-        pos = om.end()
-    if text[pos:].strip() != ";":
-        raise ConfigError("sasl.jaas.config: one login module ending in ';' is expected "
-                          f"(could not read from character {pos})")
-    return m.group(1), options
+    try:
+        entry = jaas.parse_one(text)
+    except ValueError as exc:
+        raise ConfigError(f"sasl.jaas.config: {exc}") from None
+    return entry.module, entry.options
 
 
 def _pem_store(key: str, path: str, store_type: str | None) -> str:

@@ -10,9 +10,8 @@ Kafka's brokers do. Used by the replica
 fetchers, the controller's channel and controlled shutdown; a PLAINTEXT link gets None and pays
 nothing. Built once per config object (the TLS context is shared by every link).
 """
-import ssl
-
 from pybroker.client.security import ClientSecurity
+from pybroker.security import tls
 
 _cache: dict = {}  # id(config) -> (config, security): the config is kept so its id is not reused
 
@@ -44,22 +43,7 @@ def _build(config) -> ClientSecurity | None:
         username, password = credentials
     context = []
     if protocol in ("SSL", "SASL_SSL"):
-        context.append(_client_context(config.raw, listener, protocol))
+        context.append(tls.listener_client_context(config.raw, listener, protocol))
     return ClientSecurity(protocol=protocol, mechanism=mechanism, username=username, password=password,
                           _context=context)
 
-
-def _client_context(raw, listener: str, protocol: str) -> ssl.SSLContext:
-    from pybroker.security import tls
-    settings = tls.listener_settings(raw, listener, protocol)
-    where = lambda key: settings[key][1] if key in settings else key  # noqa: E731
-    prefixed = f"listener.name.{listener.lower()}.ssl.endpoint.identification.algorithm"
-    algorithm = raw.get(prefixed, raw.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = algorithm == "https"
-    if not tls._load_truststore(ctx, settings, where):
-        ctx.load_default_certs()
-    if any(k in settings for k in ("ssl.keystore.location", "ssl.keystore.key")):
-        tls._load_keystore(ctx, settings, where, listener)
-    return ctx

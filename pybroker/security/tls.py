@@ -279,3 +279,19 @@ def _openssl_cipher_name(suite: str) -> str:
     if parts[0] in ("AES", "CAMELLIA", "ARIA") and len(parts) > 1:
         parts = [parts[0] + parts[1]] + parts[2:]
     return _KEX.get(kex, kex.replace("_", "-") + "-") + "-".join(parts)
+
+
+def listener_client_context(raw, listener: str, protocol: str) -> ssl.SSLContext:
+    """A client context for connecting to another broker's ``listener`` with this broker's own ssl.* settings."""
+    settings = listener_settings(raw, listener, protocol)
+    where = lambda key: settings[key][1] if key in settings else key  # noqa: E731
+    prefixed = f"listener.name.{listener.lower()}.ssl.endpoint.identification.algorithm"
+    algorithm = raw.get(prefixed, raw.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = algorithm == "https"
+    if not _load_truststore(ctx, settings, where):
+        ctx.load_default_certs()
+    if any(k in settings for k in ("ssl.keystore.location", "ssl.keystore.key")):
+        _load_keystore(ctx, settings, where, listener)
+    return ctx

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pybroker.security.sasl import jaas as jaas_syntax
+from pybroker import jaas as jaas_syntax
 from pybroker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
 
 log = logging.getLogger(__name__)
