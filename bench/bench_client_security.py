@@ -12,7 +12,6 @@ to PLAINTEXT measured in the same run.
 """
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -22,9 +21,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench import measure  # noqa: E402
 from tests.secure_brokers import make_certs, start_secure_pybroker  # noqa: E402
 
-PARTITIONS = 3
+PARTITIONS = measure.PARTITIONS
 
 
 def listeners(b) -> dict:
@@ -88,11 +88,8 @@ def consume(conf: dict, topic: str, count: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--mb", type=int, default=50)
-    ap.add_argument("--size", type=int, default=1024)
+    measure.add_run_options(ap, runs=3, mb=50)
     ap.add_argument("--opens", type=int, default=20)
-    ap.add_argument("--json")
     args = ap.parse_args()
     from pybroker.client import AdminClient, NewTopic
     count = args.mb * 1024 * 1024 // args.size
@@ -129,9 +126,7 @@ def main() -> int:
         print(f"{name:15s} setup {m['setup_ms']:7.2f} ms ({m['setup_ms'] / base['setup_ms']:5.2f}x)  "
               f"produce {m['produce_mb_s']:7.1f} MB/s ({m['produce_mb_s'] / base['produce_mb_s']:4.2f}x)  "
               f"consume {m['consume_mb_s']:7.1f} MB/s ({m['consume_mb_s'] / base['consume_mb_s']:4.2f}x)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": results, "medians": medians}, f, indent=2)
+    measure.save_json(args.json, {"args": vars(args), "runs": results, "medians": medians})
     return 0
 
 

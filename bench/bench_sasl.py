@@ -11,7 +11,6 @@ client's PBKDF2 included in the wall time), with the broker's CPU seconds per lo
 Prints each run, medians and SASL/PLAINTEXT ratios.
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -21,15 +20,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from bench_tls import cpu_seconds, one_run  # noqa: E402
+from bench import measure  # noqa: E402
+from bench.measure import cpu_seconds  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
 from tests.cluster import free_ports  # noqa: E402
 from tests.kafka_wire import WireClient  # noqa: E402
 from tests.sasl_wire import JAAS, alter, login, upsertion  # noqa: E402
 
-PARTITIONS = 3
+PARTITIONS = measure.PARTITIONS
 SCRAM_PASSWORD = "bench-secret"
 
 
@@ -91,12 +90,10 @@ def bench(args) -> None:
             assert alter(admin, [upsertion("bench", m, SCRAM_PASSWORD) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")]) \
                 == {"bench": (0, None)}
         for i in range(args.runs):
-            for proto in (("PLAINTEXT", "SASL_PLAINTEXT") if i % 2 == 0 else ("SASL_PLAINTEXT", "PLAINTEXT")):
-                r = one_run(b, proto, *modes[proto], args, i)
+            for proto in measure.in_turn(modes, i):
+                r = measure.produce_then_consume(b, proto, *modes[proto], args, i)
                 runs.append(r)
-                print(f"run {i + 1} {proto:14}: produce {r['produce_mb_s']:7.1f} MB/s "
-                      f"(broker {r['produce_cpu_s_per_gb']:.2f} CPU-s/GB), consume {r['consume_mb_s']:7.1f} MB/s "
-                      f"(broker {r['consume_cpu_s_per_gb']:.2f} CPU-s/GB)", flush=True)
+                print(f"run {i + 1} {proto:14}: {measure.throughput_line(r)}", flush=True)
             for mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
                 r = logins(b, sasl_port, mech, args.logins)
                 login_runs.append(r)
@@ -106,8 +103,8 @@ def bench(args) -> None:
         b.stop()
         b.close()
         subprocess.run(["rm", "-rf", base])
-    keys = ("produce_mb_s", "consume_mb_s", "produce_cpu_s_per_gb", "consume_cpu_s_per_gb")
-    med = {(p, k): statistics.median(r[k] for r in runs if r["protocol"] == p) for p in modes for k in keys}
+    keys = measure.THROUGHPUT_KEYS
+    med = measure.medians(runs, "protocol", keys)
     print(f"median over {args.runs} runs ({args.mb} MB of {args.size}-byte records each way):")
     for key in keys:
         plain, sasl = med["PLAINTEXT", key], med["SASL_PLAINTEXT", key]
@@ -121,20 +118,15 @@ def bench(args) -> None:
                  for m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")}
     for mech, v in login_med.items():
         print(f"  {mech:14} {v['logins_per_s']:7.1f} logins/s  broker {v['broker_cpu_ms_per_login']:.3f} CPU-ms/login")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": runs, "logins": login_runs, "args": vars(args), "login_medians": login_med, "gate": g,
-                       "paired_ratios": paired,
-                       "medians": {f"{p}.{k}": v for (p, k), v in med.items()}}, f, indent=2)
+    measure.save_json(args.json, {"runs": runs, "logins": login_runs, "args": vars(args), "login_medians": login_med,
+                                  "gate": g, "paired_ratios": paired,
+                                  "medians": {f"{p}.{k}": v for (p, k), v in med.items()}})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--mb", type=int, default=200)
-    ap.add_argument("--size", type=int, default=1024)
+    measure.add_run_options(ap, runs=3, mb=200)
     ap.add_argument("--logins", type=int, default=300)
-    ap.add_argument("--json")
     bench(ap.parse_args())
 
 

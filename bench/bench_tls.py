@@ -6,10 +6,10 @@ One single-node broker serves PLAINTEXT and SSL (server authentication, TLS 1.3,
 here with the ``cryptography`` package). Each run, in alternating order of the two listeners:
 create a topic of 3 partitions, produce --mb MB of --size-byte records with one librdkafka
 producer (bench/cluster_clients.py ``produce``, own process: acks=1, linger.ms=5,
-batch.size=1000000), then read them all back with one librdkafka consumer (own process, assigned
-partitions from the beginning). Prints each run, the medians, TLS/PLAINTEXT ratios and the
-broker's CPU seconds per GB (utime + stime from /proc, steadier than wall clock on a shared
-machine).
+batch.size=1000000), then read them all back with one librdkafka consumer (bench/measure.py
+``consume``, own process, assigned partitions from the beginning). Prints each run, the medians,
+TLS/PLAINTEXT ratios and the broker's CPU seconds per GB (utime + stime from /proc, steadier than
+wall clock on a shared machine).
 
 ``--baseline DIR``: DIR holds another ``pybroker`` package (e.g. the last commit's, made with
 ``git archive HEAD pybroker | tar -x -C DIR`` plus the built ``pybroker/_native/*.so``); a second
@@ -17,59 +17,19 @@ broker runs from it, PLAINTEXT only, measured in the same alternation as "BASELI
 path before vs after a change, in one run.
 """
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench import measure  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
 from tests.cluster import free_ports  # noqa: E402
 
-CLIENTS = os.path.join(ROOT, "bench", "cluster_clients.py")
-PRODUCER = {"acks": "1", "linger.ms": 5, "batch.size": 1000000, "compression.type": "none",
-            "enable.idempotence": False, "queue.buffering.max.kbytes": 1048576,
-            "queue.buffering.max.messages": 1000000, "batch.num.messages": 100000}
-PARTITIONS = 3
-
-
-def run_client(*args, timeout: float = 600) -> dict:
-    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(f"client {args[:2]} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def consume(bootstrap: str, topic: str, count: int, config: dict) -> dict:
-    """Read ``count`` records of ``topic`` (all partitions, from offset 0); the clock starts at the first."""
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
-                  **config})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    got = size = 0
-    start = None
-    deadline = time.monotonic() + 300
-    while got < count and time.monotonic() < deadline:
-        for m in c.consume(100000, 0.5):
-            if m.error() is None:
-                if start is None:
-                    start = time.perf_counter()
-                got += 1
-                size += len(m)
-    seconds = time.perf_counter() - start if start is not None else 0.0
-    c.close()
-    return {"records": got, "bytes": size, "seconds": seconds}
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+PARTITIONS = measure.PARTITIONS
 
 
 def make_certificates(directory: str) -> tuple[str, str]:
@@ -77,26 +37,6 @@ def make_certificates(directory: str) -> tuple[str, str]:
     ca = Authority(directory)
     broker = ca.issue("broker", {"CN": "broker"}, hosts=("127.0.0.1", "localhost"))
     return ca.cert_path, broker["pem"]
-
-
-def one_run(b: BrokerProcess, protocol: str, bootstrap: str, client_conf: dict, args, n: int) -> dict:
-    topic = f"bench-tls-{protocol.lower()}-{n}"
-    run_client(CLIENTS, "create-topic", "--bootstrap", b.bootstrap, "--topic", topic, "--partitions", str(PARTITIONS))
-    count = args.mb * (1 << 20) // args.size
-    cpu = cpu_seconds(b.proc.pid)
-    p = run_client(CLIENTS, "produce", "--bootstrap", bootstrap, "--topic", topic, "--partitions", str(PARTITIONS),
-                   "--count", str(count), "--size", str(args.size), "--config", json.dumps({**PRODUCER, **client_conf}))
-    cpu_p = cpu_seconds(b.proc.pid) - cpu
-    total = p["records"] + PARTITIONS  # + the producer's warm-up record per partition
-    cpu = cpu_seconds(b.proc.pid)
-    c = run_client(__file__, "consume", "--bootstrap", bootstrap, "--topic", topic, "--count", str(total),
-                   "--config", json.dumps(client_conf))
-    cpu_c = cpu_seconds(b.proc.pid) - cpu
-    if c["records"] != total:
-        raise AssertionError(f"{protocol}: consumed {c['records']} of {total} records")
-    return {"protocol": protocol, "produce_mb_s": p["bytes"] / p["seconds"] / 1e6,
-            "consume_mb_s": c["bytes"] / c["seconds"] / 1e6, "produce_cpu_s_per_gb": cpu_p / (p["bytes"] / 1e9),
-            "consume_cpu_s_per_gb": cpu_c / (c["bytes"] / 1e9), "errors": p["errors"]}
 
 
 def bench(args) -> None:
@@ -117,21 +57,16 @@ def bench(args) -> None:
     runs = []
     try:
         for i in range(args.runs):
-            order = list(modes) if i % 2 == 0 else list(reversed(modes))
-            for proto in order:
-                r = one_run(brokers[proto], proto, *modes[proto], args, i)
+            for proto in measure.in_turn(modes, i):
+                r = measure.produce_then_consume(brokers[proto], proto, *modes[proto], args, i)
                 runs.append(r)
-                print(f"run {i + 1} {proto:9}: produce {r['produce_mb_s']:7.1f} MB/s "
-                      f"(broker {r['produce_cpu_s_per_gb']:.2f} CPU-s/GB), consume {r['consume_mb_s']:7.1f} MB/s "
-                      f"(broker {r['consume_cpu_s_per_gb']:.2f} CPU-s/GB)", flush=True)
+                print(f"run {i + 1} {proto:9}: {measure.throughput_line(r)}", flush=True)
     finally:
         for broker in set(brokers.values()):
             broker.stop()
             broker.close()
         subprocess.run(["rm", "-rf", base])
-    med = {(proto, key): statistics.median(r[key] for r in runs if r["protocol"] == proto)
-           for proto in modes for key in ("produce_mb_s", "consume_mb_s", "produce_cpu_s_per_gb",
-                                          "consume_cpu_s_per_gb")}
+    med = measure.medians(runs, "protocol", measure.THROUGHPUT_KEYS)
     print(f"median over {args.runs} runs ({args.mb} MB of {args.size}-byte records each way):")
     for key, unit in (("produce_mb_s", "MB/s"), ("consume_mb_s", "MB/s"), ("produce_cpu_s_per_gb", "CPU-s/GB"),
                       ("consume_cpu_s_per_gb", "CPU-s/GB")):
@@ -140,29 +75,15 @@ def bench(args) -> None:
         if args.baseline:
             before = med["BASELINE", key]
             print(f"  {'':22} BASELINE  {before:8.2f} {unit:8}  PLAINTEXT/BASELINE {plain / before:.3f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": runs, "medians": {f"{p}.{k}": v for (p, k), v in med.items()}, "args": vars(args)},
-                      f, indent=2)
+    measure.save_json(args.json, {"runs": runs, "medians": {f"{p}.{k}": v for (p, k), v in med.items()},
+                                  "args": vars(args)})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", nargs="?", default="bench", choices=("bench", "consume"))
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--mb", type=int, default=200)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--json")
+    measure.add_run_options(ap, runs=3, mb=200)
     ap.add_argument("--baseline", help="a directory holding the pybroker package to compare plaintext with")
-    ap.add_argument("--bootstrap")
-    ap.add_argument("--topic")
-    ap.add_argument("--count", type=int)
-    ap.add_argument("--config", default="{}")
-    args = ap.parse_args()
-    if args.mode == "consume":
-        print(json.dumps(consume(args.bootstrap, args.topic, args.count, json.loads(args.config))))
-    else:
-        bench(args)
+    bench(ap.parse_args())
 
 
 if __name__ == "__main__":

@@ -3,8 +3,7 @@ import logging
 
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED,
-                                        SECURITY_DISABLED_MESSAGE, UNKNOWN_SERVER_ERROR, binding_from)
+from pybroker.security.acl_wire import UNKNOWN_SERVER_ERROR, binding_from, cluster_refusal, describe, parse_each
 
 API_KEY = 30
 MIN_VERSION = 0
@@ -15,27 +14,18 @@ log = logging.getLogger(__name__)
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
-    if authz is None:
-        return _all(request, SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    if not authz.allowed(ctx, A.ALTER, A.CLUSTER, A.CLUSTER_NAME):
-        return _all(request, CLUSTER_AUTHORIZATION_FAILED, None)
-    results, valid = [], []
-    for c in request.creations:
-        try:
-            valid.append(binding_from(c, ctx.version))
-            results.append((0, None))
-        except A.AclError as exc:
-            results.append((INVALID_REQUEST, str(exc)))
+    refused = cluster_refusal(ctx, A.ALTER)
+    if refused is not None:
+        return _all(request, *refused)
+    valid, errors = parse_each(request.creations, lambda c: binding_from(c, ctx.version))
     if valid:
         try:
             await ctx.broker.acl_store.create(valid)
-            log.info("ACLs created by %s: %s", ctx.session.principal,
-                     ", ".join(f"{b.pattern} {b.entry}" for b in valid))
+            log.info("ACLs created by %s: %s", ctx.session.principal, describe(valid))
         except Exception as exc:
             log.exception("creating ACLs failed")
-            results = [(UNKNOWN_SERVER_ERROR, f"storing the ACLs failed: {exc}") if code == 0 else (code, msg)
-                       for code, msg in results]
+            errors = [e or (UNKNOWN_SERVER_ERROR, f"storing the ACLs failed: {exc}") for e in errors]
+    results = [e or (0, None) for e in errors]
     return Response(throttle_time_ms=0, results=[Response.AclCreationResult(error_code=code, error_message=msg)
                                                  for code, msg in results])
 

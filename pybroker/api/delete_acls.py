@@ -3,8 +3,7 @@ import logging
 
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED,
-                                        SECURITY_DISABLED_MESSAGE, UNKNOWN_SERVER_ERROR, filter_from)
+from pybroker.security.acl_wire import UNKNOWN_SERVER_ERROR, cluster_refusal, describe, filter_from, parse_each
 
 API_KEY = 31
 MIN_VERSION = 0
@@ -15,18 +14,10 @@ log = logging.getLogger(__name__)
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
-    if authz is None:
-        return _all(request, SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    if not authz.allowed(ctx, A.ALTER, A.CLUSTER, A.CLUSTER_NAME):
-        return _all(request, CLUSTER_AUTHORIZATION_FAILED, None)
-    filters, errors = [], []
-    for f in request.filters:
-        try:
-            filters.append(filter_from(f, ctx.version))
-            errors.append(None)
-        except A.AclError as exc:
-            errors.append((INVALID_REQUEST, str(exc)))
+    refused = cluster_refusal(ctx, A.ALTER)
+    if refused is not None:
+        return _all(request, *refused)
+    filters, errors = parse_each(request.filters, lambda f: filter_from(f, ctx.version))
     removed = iter([])
     if filters:
         try:
@@ -42,8 +33,7 @@ async def handle(ctx, request):
             continue
         gone = next(removed, [])
         if gone:
-            log.info("ACLs deleted by %s: %s", ctx.session.principal,
-                     ", ".join(f"{b.pattern} {b.entry}" for b in gone))
+            log.info("ACLs deleted by %s: %s", ctx.session.principal, describe(gone))
         results.append(Response.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=[
             Response.DeleteAclsMatchingAcl(error_code=0, error_message=None, resource_type=b.pattern.resource_type,
                                            resource_name=b.pattern.name, pattern_type=b.pattern.pattern_type,

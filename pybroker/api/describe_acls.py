@@ -1,8 +1,7 @@
 """DescribeAcls: the ACLs a filter matches, grouped by resource pattern (DESCRIBE on the cluster)."""
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED,
-                                        SECURITY_DISABLED_MESSAGE, filter_from)
+from pybroker.security.acl_wire import INVALID_REQUEST, cluster_refusal, filter_from
 
 API_KEY = 29
 MIN_VERSION = 0
@@ -12,17 +11,15 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
-    if authz is None:
-        return _error(SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    if not authz.allowed(ctx, A.DESCRIBE, A.CLUSTER, A.CLUSTER_NAME):
-        return _error(CLUSTER_AUTHORIZATION_FAILED, None)
+    refused = cluster_refusal(ctx, A.DESCRIBE)
+    if refused is not None:
+        return _error(*refused)
     try:
         filt = filter_from(request, ctx.version)
     except A.AclError as exc:
         return _error(INVALID_REQUEST, str(exc))
     resources = {}
-    for b in authz.matching(filt):
+    for b in ctx.broker.authorizer.matching(filt):
         if ctx.version == 0 and b.pattern.pattern_type != A.LITERAL:
             continue  # v0 cannot say PREFIXED
         resources.setdefault(b.pattern, []).append(Response.AclDescription(

@@ -198,7 +198,7 @@ class LocalDynamicBrokerConfigs(DynamicBrokerConfigs):
         return dict(self.entities.get(entity) or self._read().get(entity, {}))
 
     async def _store(self, entity: str, configs: dict) -> None:
-        from pybroker.quota.store import write_json_atomically
+        from pybroker.durable_json import write_json_atomically
         data = self._read()
         data[entity] = configs
         await asyncio.to_thread(write_json_atomically, self.path,

@@ -462,13 +462,19 @@ class Connection:
                 break
         if q:
             if not self._want_write:
-                self._loop.add_writer(self._fd, self._on_writable)
-                self._want_write = True
+                self._watch_writable(True)
         elif self._want_write:
-            self._loop.remove_writer(self._fd)
-            self._want_write = False
+            self._watch_writable(False)
         if finished:
             self._after_responses()
+
+    def _watch_writable(self, on: bool) -> None:
+        """Start (the socket is full) or stop (it drained) the loop's writability callbacks."""
+        if on:
+            self._loop.add_writer(self._fd, self._on_writable)
+        else:
+            self._loop.remove_writer(self._fd)
+        self._want_write = on
 
     def _write_error(self, exc: OSError) -> None:
         quiet = exc.errno in (errno.EPIPE, errno.ECONNRESET)

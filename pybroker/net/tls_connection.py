@@ -60,8 +60,9 @@ class TlsConnection(Connection):
 
     # ---- socket side: ciphertext ------------------------------------------------------------
 
-    def _recv_raw(self) -> int:
-        """Move ciphertext from the socket into TLS: bytes moved, 0 at end of stream, -1 if none yet."""
+    def _recv_raw(self) -> int | None:
+        """Move ciphertext from the socket into TLS: bytes moved, 0 at end of stream, -1 if none yet,
+        None after a read error (the connection is closed)."""
         scratch = self.server.tls_rx_scratch
         if scratch is None:  # one per listener: its bytes go into TLS at once
             scratch = self.server.tls_rx_scratch = memoryview(bytearray(RAW_READ))
@@ -69,6 +70,11 @@ class TlsConnection(Connection):
             n = self.sock.recv_into(scratch, RAW_READ)
         except (BlockingIOError, InterruptedError):
             return -1
+        except OSError as exc:
+            log.info("%r: closing after read error%s: %s", self,
+                     " during the TLS handshake" if self._handshaking else "", exc)
+            self.close()
+            return None
         if n:
             self._incoming.write(scratch[:n])
         return n
@@ -102,11 +108,8 @@ class TlsConnection(Connection):
         if self.closed:
             return
         if self._hs_reader:
-            try:
-                n = self._recv_raw()
-            except OSError as exc:
-                log.info("%r: closing: read error during the TLS handshake: %s", self, exc)
-                self.close()
+            n = self._recv_raw()
+            if n is None:
                 return
             if n == 0:
                 log.info("%r: closing: the client left during the TLS handshake", self)
@@ -209,11 +212,8 @@ class TlsConnection(Connection):
             return
         eof = False
         for _ in range(RAW_READS_PER_EVENT):
-            try:
-                n = self._recv_raw()
-            except OSError as exc:
-                log.info("%r: closing after read error: %s", self, exc)
-                self.close()
+            n = self._recv_raw()
+            if n is None:
                 return
             if n == 0:
                 eof = True
@@ -290,11 +290,9 @@ class TlsConnection(Connection):
             return
         if self._cipher_out is not None:
             if not self._want_write:
-                self._loop.add_writer(self._fd, self._on_writable)
-                self._want_write = True
+                self._watch_writable(True)
         elif self._want_write:
-            self._loop.remove_writer(self._fd)
-            self._want_write = False
+            self._watch_writable(False)
         if finished and not self.closed:
             self._after_responses()
 

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 
-from pybroker.log.checkpoint import fsync_dir
+from pybroker.durable_json import children, follow_changes, update_znode_json, write_json_atomically
 from pybroker.quota import entities as ent
 from pybroker.quota.manager import apply_alterations
 
@@ -23,16 +23,7 @@ log = logging.getLogger(__name__)
 FILE = "client-quotas.json"
 CHANGES = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-
-
-def write_json_atomically(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+CAS_ATTEMPTS = 10  # version-checked writes racing other brokers (and SCRAM changes of the same user)
 
 
 class LocalQuotaStore:
@@ -69,25 +60,9 @@ class ZkQuotaStore:
         self.zk = zk
         self.kazoo = zk.kazoo
         self.manager = manager
-        self.loop = None
 
     async def startup(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self.kazoo.ensure_path, CHANGES)
-        self.manager.set_all(await asyncio.to_thread(self.read_all))
-        await asyncio.to_thread(self.kazoo.ChildrenWatch, CHANGES, self._on_changes)
-
-    def _on_changes(self, children) -> None:
-        """kazoo thread: re-read every quota entity and hand the result to the loop."""
-        try:
-            configs = self.read_all()
-        except Exception:
-            log.exception("reading client quotas from ZooKeeper failed")
-            return
-        self.loop.call_soon_threadsafe(self.manager.set_all, configs)
-
-    def _children(self, path: str) -> list:
-        return self.kazoo.get_children(path) if self.kazoo.exists(path) else []
+        await follow_changes(self.kazoo, (CHANGES,), self.read_all, self.manager.set_all, "client quotas")
 
     def _config(self, path: str) -> dict:
         try:
@@ -98,10 +73,10 @@ class ZkQuotaStore:
             return {}
 
     def read_all(self) -> dict:
-        paths = [f"clients/{c}" for c in self._children("/config/clients")]
-        for user in self._children("/config/users"):
+        paths = [f"clients/{c}" for c in children(self.kazoo, "/config/clients")]
+        for user in children(self.kazoo, "/config/users"):
             paths.append(f"users/{user}")
-            paths += [f"users/{user}/clients/{c}" for c in self._children(f"/config/users/{user}/clients")]
+            paths += [f"users/{user}/clients/{c}" for c in children(self.kazoo, f"/config/users/{user}/clients")]
         out = {}
         for path in paths:
             values = self._config(path)
@@ -111,21 +86,15 @@ class ZkQuotaStore:
 
     def _write(self, alterations) -> None:
         for entity, ops in alterations:
-            path = "/config/" + ent.to_path(entity)
-            current = {}
-            if self.kazoo.exists(path):
-                data = self.kazoo.get(path)[0]
-                current = dict(json.loads(data).get("config", {})) if data else {}
-            for key, value, remove in ops:
-                if remove:
-                    current.pop(key, None)
-                else:
-                    current[key] = str(int(value)) if value == int(value) else str(value)
-            body = json.dumps({"version": 1, "config": current}).encode()
-            if self.kazoo.exists(path):
-                self.kazoo.set(path, body)
-            else:
-                self.kazoo.create(path, body, makepath=True)
+            def change(doc, ops=ops):
+                config = doc.get("config") or {}
+                for key, value, remove in ops:
+                    if remove:
+                        config.pop(key, None)
+                    else:
+                        config[key] = str(int(value)) if value == int(value) else str(value)
+                return {"version": 1, "config": config}
+            update_znode_json(self.kazoo, "/config/" + ent.to_path(entity), change, CAS_ATTEMPTS)
             self.kazoo.create(f"{CHANGES}/{CHANGE_PREFIX}",
                               json.dumps({"version": 2, "entity_path": ent.to_path(entity)}).encode(),
                               sequence=True, makepath=True)

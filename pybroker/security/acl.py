@@ -125,11 +125,16 @@ def check_principal(text: str) -> str:
     return text
 
 
+def _check_code(value: int, known, what: str) -> None:
+    """A code outside ``known`` is one Kafka does not define for this field."""
+    if value not in known:
+        raise AclError(f"invalid {what} {value}")
+
+
 def validate_binding(b: AclBinding) -> AclBinding:
     """Kafka's checks on a binding to create: concrete codes, a name, a known principal, a valid host."""
     p, e = b.pattern, b.entry
-    if p.resource_type not in RESOURCE_NAMES:
-        raise AclError(f"invalid resource type {p.resource_type}")
+    _check_code(p.resource_type, RESOURCE_NAMES, "resource type")
     if p.pattern_type not in (LITERAL, PREFIXED):
         raise AclError(f"invalid pattern type {p.pattern_type}: expected LITERAL or PREFIXED")
     if not p.name:
@@ -138,10 +143,8 @@ def validate_binding(b: AclBinding) -> AclBinding:
         raise AclError("a PREFIXED pattern may not be '*' (use LITERAL '*' to match every resource)")
     if p.resource_type == CLUSTER and p.name != CLUSTER_NAME:
         raise AclError(f"the cluster resource is named {CLUSTER_NAME}")
-    if e.operation not in OPERATION_NAMES:
-        raise AclError(f"invalid operation {e.operation}")
-    if e.permission not in (ALLOW, DENY):
-        raise AclError(f"invalid permission type {e.permission}")
+    _check_code(e.operation, OPERATION_NAMES, "operation")
+    _check_code(e.permission, (ALLOW, DENY), "permission type")
     if not e.host:
         raise AclError("a host is required ('*' for any)")
     check_principal(e.principal)
@@ -150,16 +153,12 @@ def validate_binding(b: AclBinding) -> AclBinding:
 
 def validate_filter(f: AclBindingFilter) -> AclBindingFilter:
     """A filter Kafka cannot evaluate (unknown codes, a PREFIXED '*'...) is INVALID_REQUEST."""
-    if f.resource_type not in RESOURCE_NAMES and f.resource_type != ANY_RESOURCE:
-        raise AclError(f"invalid resource type filter {f.resource_type}")
-    if f.pattern_type not in PATTERN_NAMES:
-        raise AclError(f"invalid pattern type filter {f.pattern_type}")
+    _check_code(f.resource_type, (*RESOURCE_NAMES, ANY_RESOURCE), "resource type filter")
+    _check_code(f.pattern_type, PATTERN_NAMES, "pattern type filter")
     if f.pattern_type == PREFIXED and f.name == WILDCARD:
         raise AclError("a PREFIXED pattern may not be '*'")
-    if f.operation not in OPERATION_NAMES and f.operation != ANY_OP:
-        raise AclError(f"invalid operation filter {f.operation}")
-    if f.permission not in (ALLOW, DENY, ANY_PERMISSION):
-        raise AclError(f"invalid permission type filter {f.permission}")
+    _check_code(f.operation, (*OPERATION_NAMES, ANY_OP), "operation filter")
+    _check_code(f.permission, (ALLOW, DENY, ANY_PERMISSION), "permission type filter")
     if f.principal is not None:
         check_principal(f.principal)
     return f

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 
-from pybroker.quota.store import write_json_atomically
+from pybroker.durable_json import children, follow_changes, read_znode_json, update_znode_json, write_json_atomically
 from pybroker.security import acl as A
 
 log = logging.getLogger(__name__)
@@ -75,76 +75,36 @@ class ZkAclStore:
     def __init__(self, zk, authorizer):
         self.kazoo = zk.kazoo
         self.authorizer = authorizer
-        self.loop = None
 
     async def startup(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        for path in (LITERAL_CHANGES, EXTENDED_CHANGES):
-            await asyncio.to_thread(self.kazoo.ensure_path, path)
-        self.authorizer.set_acls(await asyncio.to_thread(self.read_all))
-        for path in (LITERAL_CHANGES, EXTENDED_CHANGES):
-            await asyncio.to_thread(self.kazoo.ChildrenWatch, path, self._on_changes)
-
-    def _on_changes(self, children) -> None:
-        """kazoo thread: re-read every ACL and hand the set to the loop."""
-        try:
-            bindings = self.read_all()
-        except Exception:
-            log.exception("reading ACLs from ZooKeeper failed")
-            return
-        self.loop.call_soon_threadsafe(self.authorizer.set_acls, bindings)
-
-    def _children(self, path: str) -> list:
-        return self.kazoo.get_children(path) if self.kazoo.exists(path) else []
+        await follow_changes(self.kazoo, (LITERAL_CHANGES, EXTENDED_CHANGES), self.read_all,
+                             self.authorizer.set_acls, "ACLs")
 
     def read_all(self) -> set:
         out = set()
         for root, pattern_type in ((LITERAL_ROOT, A.LITERAL), (PREFIXED_ROOT, A.PREFIXED)):
-            for type_name in self._children(root):
+            for type_name in children(self.kazoo, root):
                 resource_type = A.RESOURCE_BY_NAME.get(type_name.lower())
                 if resource_type is None:
                     continue
-                for name in self._children(f"{root}/{type_name}"):
+                for name in children(self.kazoo, f"{root}/{type_name}"):
                     pattern = A.ResourcePattern(resource_type, name, pattern_type)
-                    out.update(A.AclBinding(pattern, e) for e in self._entries(_path(pattern))[0])
+                    doc = read_znode_json(self.kazoo, _path(pattern))[0]
+                    out.update(A.AclBinding(pattern, e) for e in _entries(doc, _path(pattern)))
         return out
-
-    def _entries(self, path: str):
-        """(entries, znode version or None when absent)."""
-        from kazoo.exceptions import NoNodeError
-        try:
-            data, stat = self.kazoo.get(path)
-        except NoNodeError:
-            return set(), None
-        try:
-            acls = json.loads(data).get("acls", []) if data else []
-            return {A.entry_from_json(d) for d in acls}, stat.version
-        except (ValueError, KeyError, AttributeError):
-            log.warning("ignoring unreadable ACLs at %s", path)
-            return set(), stat.version
 
     def _update(self, pattern, change) -> None:
         """Apply ``change(entries) -> entries`` to one resource's znode with a version check."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
         path = _path(pattern)
-        for _ in range(CAS_RETRIES):
-            entries, version = self._entries(path)
+
+        def new_doc(doc):
+            entries = _entries(doc, path)
             new = change(set(entries))
             if new == entries:
-                return
-            body = json.dumps({"version": 1, "acls": [A.entry_to_json(e) for e in sorted(new)]}).encode()
-            try:
-                if version is None:
-                    self.kazoo.create(path, body, makepath=True)
-                elif new:
-                    self.kazoo.set(path, body, version=version)
-                else:
-                    self.kazoo.delete(path, version=version)
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another broker changed it first: read again
+                return doc
+            return {"version": 1, "acls": [A.entry_to_json(e) for e in sorted(new)]} if new else None
+        if update_znode_json(self.kazoo, path, new_doc, CAS_RETRIES):
             self._notify(pattern)
-            return
-        raise RuntimeError(f"ACLs of {pattern} kept changing under us; try again")
 
     def _notify(self, pattern) -> None:
         if pattern.pattern_type == A.LITERAL:
@@ -160,7 +120,7 @@ class ZkAclStore:
         """Notifications older than Kafka's 15 minutes have been seen by every live broker: drop them."""
         from kazoo.exceptions import NoNodeError
         cutoff_ms = (time.time() - NOTIFICATION_TTL_S) * 1000
-        for child in self._children(path):
+        for child in children(self.kazoo, path):
             try:
                 if self.kazoo.exists(f"{path}/{child}").ctime < cutoff_ms:
                     self.kazoo.delete(f"{path}/{child}")
@@ -192,6 +152,15 @@ class ZkAclStore:
 def _path(pattern) -> str:
     root = LITERAL_ROOT if pattern.pattern_type == A.LITERAL else PREFIXED_ROOT
     return f"{root}/{A.RESOURCE_NAMES[pattern.resource_type]}/{pattern.name}"
+
+
+def _entries(doc: dict, path: str) -> set:
+    """The access control entries of one resource's znode document; none when unreadable."""
+    try:
+        return {A.entry_from_json(d) for d in doc.get("acls", [])}
+    except (KeyError, AttributeError, TypeError):
+        log.warning("ignoring unreadable ACLs at %s", path)
+        return set()
 
 
 def _by_pattern(bindings) -> dict:

@@ -8,6 +8,34 @@ UNKNOWN_SERVER_ERROR = -1
 SECURITY_DISABLED_MESSAGE = "no authorizer is configured on the broker (authorizer.class.name)"
 
 
+def cluster_refusal(ctx, operation: int) -> tuple[int, str | None] | None:
+    """(error code, message) when an ACL API may not run: no authorizer, or ``operation`` on the
+    cluster denied; None when it may."""
+    authz = ctx.broker.authorizer
+    if authz is None:
+        return SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE
+    if not authz.allowed(ctx, operation, A.CLUSTER, A.CLUSTER_NAME):
+        return CLUSTER_AUTHORIZATION_FAILED, None
+    return None
+
+
+def parse_each(items, parse) -> tuple[list, list]:
+    """(what parsed, per item None or (INVALID_REQUEST, why)): each creation or filter stands alone."""
+    parsed, errors = [], []
+    for item in items:
+        try:
+            parsed.append(parse(item))
+            errors.append(None)
+        except A.AclError as exc:
+            errors.append((INVALID_REQUEST, str(exc)))
+    return parsed, errors
+
+
+def describe(bindings) -> str:
+    """Bindings as one log line."""
+    return ", ".join(f"{b.pattern} {b.entry}" for b in bindings)
+
+
 def filter_from(f, version: int) -> A.AclBindingFilter:
     """A DescribeAcls request or DeleteAcls filter (v0 has no pattern type: LITERAL)."""
     return A.validate_filter(A.AclBindingFilter(

@@ -19,7 +19,7 @@ import os
 import urllib.parse
 from types import MappingProxyType
 
-from pybroker.log.checkpoint import fsync_dir
+from pybroker.durable_json import follow_changes, read_znode_json, update_znode_json, write_json_atomically
 from pybroker.security.sasl.scram import MECHANISMS, ScramCredential
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class LocalCredentialStore(_Snapshot):
         body = {"format": FORMAT, "users": {u: {m: c.to_text() for m, c in sorted(mechs.items())}
                                             for u, mechs in sorted(new.items()) if mechs}}
         try:
-            await asyncio.to_thread(_write_private_json, self.path, body)
+            await asyncio.to_thread(write_json_atomically, self.path, body, 0o600)
         except OSError as exc:
             log.error("writing %s failed: %s", self.path, exc)
             return {user: exc for user in changes}
@@ -108,47 +108,13 @@ class LocalCredentialStore(_Snapshot):
         return {user: None for user in changes}
 
 
-def _write_private_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
 class ZkCredentialStore(_Snapshot):
     def __init__(self, zk):
         super().__init__()
         self.kazoo = zk.kazoo
-        self.loop = None
 
     async def startup(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self.kazoo.ensure_path, CHANGES)
-        self._set(await asyncio.to_thread(self.read_all))
-        await asyncio.to_thread(self.kazoo.ChildrenWatch, CHANGES, self._on_changes)
-
-    def _on_changes(self, children) -> None:
-        """kazoo thread: re-read the users and hand the snapshot to the loop."""
-        try:
-            users = self.read_all()
-        except Exception:
-            log.exception("reading SCRAM credentials from ZooKeeper failed")
-            return
-        self.loop.call_soon_threadsafe(self._set, users)
-
-    def _user_config(self, path: str) -> tuple[dict, int | None]:
-        """(config map, znode version or None when absent)."""
-        from kazoo.exceptions import NoNodeError
-        try:
-            data, stat = self.kazoo.get(path)
-        except NoNodeError:
-            return {}, None
-        config = json.loads(data).get("config", {}) if data else {}
-        return dict(config), stat.version
+        await follow_changes(self.kazoo, (CHANGES,), self.read_all, self._set, "SCRAM credentials")
 
     def read_all(self) -> dict:
         from kazoo.exceptions import NoNodeError
@@ -158,32 +124,21 @@ class ZkCredentialStore(_Snapshot):
             return {}
         out = {}
         for name in names:
-            creds = scram_entries(self._user_config(f"{USERS}/{name}")[0])
+            creds = scram_entries(read_znode_json(self.kazoo, f"{USERS}/{name}")[0].get("config") or {})
             if creds:
                 out[desanitize(name)] = creds
         return out
 
     def _write_user(self, user: str, mechs: dict) -> None:
-        from kazoo.exceptions import BadVersionError, NodeExistsError
-        path = f"{USERS}/{sanitize(user)}"
-        for _ in range(CAS_ATTEMPTS):
-            config, version = self._user_config(path)
+        def change(doc):
+            config = doc.get("config") or {}  # the user's quotas stay as they are
             for mech, cred in mechs.items():
                 if cred is None:
                     config.pop(mech, None)
                 else:
                     config[mech] = cred.to_text()
-            body = json.dumps({"version": 1, "config": config}).encode()
-            try:
-                if version is None:
-                    self.kazoo.create(path, body, makepath=True)
-                else:
-                    self.kazoo.set(path, body, version=version)
-                break
-            except (BadVersionError, NodeExistsError):
-                continue  # someone else (a quota change) wrote the user meanwhile: read again
-        else:
-            raise RuntimeError(f"/config/users/{sanitize(user)} kept changing; giving up")
+            return {"version": 1, "config": config}
+        update_znode_json(self.kazoo, f"{USERS}/{sanitize(user)}", change, CAS_ATTEMPTS)
         self.kazoo.create(f"{CHANGES}/{CHANGE_PREFIX}",
                           json.dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"}).encode(),
                           sequence=True, makepath=True)

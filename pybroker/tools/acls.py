@@ -172,7 +172,7 @@ def _entries(args, operations) -> list:
 
 def _add(conn, args, plan: dict) -> int:
     from pybroker.protocol import REQUESTS
-    from pybroker.tools.wire import ToolError, check
+    from pybroker.tools.wire import ToolError
     api = REQUESTS[CREATE_ACLS]
     creations, shown = [], []
     for pattern, ops in plan.items():
@@ -186,17 +186,11 @@ def _add(conn, args, plan: dict) -> int:
                                       host=e.host, operation=e.operation, permission_type=e.permission)
                       for e in entries]
     resp = conn.request(api(creations=creations), _version(conn, CREATE_ACLS))
-    for r in resp.results:
-        check(r.error_code, r.error_message, "CreateAcls")
-    for pattern in shown:
-        _print_current(conn, A.AclBindingFilter(pattern.resource_type, pattern.name, pattern.pattern_type,
-                                                None, None, A.ANY_OP, A.ANY_PERMISSION))
-    return 0
+    return _report(conn, resp.results, "CreateAcls", shown)
 
 
 def _remove(conn, args, plan: dict, pattern_type: int) -> int:
     from pybroker.protocol import REQUESTS
-    from pybroker.tools.wire import check
     api = REQUESTS[DELETE_ACLS]
     filters = []
     for pattern, ops in plan.items():
@@ -206,8 +200,7 @@ def _remove(conn, args, plan: dict, pattern_type: int) -> int:
                                            e.host, e.operation, e.permission) for e in entries]
             what = f"ACLs: \n {_lines(entries)} \n from resource `{pattern}`"
         else:  # no principal: every ACL of the resource
-            filters.append(A.AclBindingFilter(pattern.resource_type, pattern.name, pattern.pattern_type, None, None,
-                                              A.ANY_OP, A.ANY_PERMISSION))
+            filters.append(_every_acl_of(pattern))
             what = f"all ACLs for resource `{pattern}`"
         if not args.force and not _confirm(f"Are you sure you want to delete {what}? (y/n)"):
             return 0
@@ -216,27 +209,31 @@ def _remove(conn, args, plan: dict, pattern_type: int) -> int:
         resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
         principal_filter=f.principal, host_filter=f.host, operation=f.operation, permission_type=f.permission)
         for f in filters]), _version(conn, DELETE_ACLS))
-    for r in resp.filter_results:
-        check(r.error_code, r.error_message, "DeleteAcls")
-    for pattern in plan:
-        _print_current(conn, A.AclBindingFilter(pattern.resource_type, pattern.name, pattern.pattern_type,
-                                                None, None, A.ANY_OP, A.ANY_PERMISSION))
+    return _report(conn, resp.filter_results, "DeleteAcls", plan)
+
+
+def _report(conn, results, api_name: str, patterns) -> int:
+    """Stop at the first error the broker gave, else show the ACLs each resource now has."""
+    from pybroker.tools.wire import check
+    for r in results:
+        check(r.error_code, r.error_message, api_name)
+    for pattern in patterns:
+        _print_current(conn, _every_acl_of(pattern))
     return 0
 
 
 def _list(conn, args, pattern_type: int) -> int:
     resources = _resources(args, PATTERN_TYPES[args.resource_pattern_type or "any"])
-    principals = args.principal or [None]
-    if not resources:
-        for principal in principals:
-            _print_current(conn, A.AclBindingFilter(A.ANY_RESOURCE, None, A.ANY_PATTERN, principal, None,
-                                                    A.ANY_OP, A.ANY_PERMISSION), principal)
-        return 0
-    for r in resources:
-        for principal in principals:
-            _print_current(conn, A.AclBindingFilter(r.resource_type, r.name, r.pattern_type, principal, None,
-                                                    A.ANY_OP, A.ANY_PERMISSION), principal)
+    for r in resources or [A.ResourcePattern(A.ANY_RESOURCE, None, A.ANY_PATTERN)]:  # none named: all
+        for principal in args.principal or [None]:
+            _print_current(conn, _every_acl_of(r, principal), principal)
     return 0
+
+
+def _every_acl_of(pattern: A.ResourcePattern, principal: str | None = None) -> A.AclBindingFilter:
+    """The filter for all ACLs of a resource pattern (of one principal when given)."""
+    return A.AclBindingFilter(pattern.resource_type, pattern.name, pattern.pattern_type, principal, None,
+                              A.ANY_OP, A.ANY_PERMISSION)
 
 
 def describe(conn, filt: A.AclBindingFilter) -> dict:
