@@ -15,7 +15,8 @@ import pytest
 from pybroker.protocol import REQUESTS
 from tests.broker import BrokerProcess
 from tests.kafka_wire import ConnectionClosed, WireClient
-from tests.sasl_wire import JAAS, admin_client, alter, can_login, describe, login, upsertion
+from tests.sasl_wire import (JAAS, admin_client, alter, can_login, describe, error_codes, gate_cases, login,
+                              refusals, response_fields, run_steps, sample_request, upsertion)
 
 SASL = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
@@ -137,6 +138,26 @@ def test_sasl_config_keys_and_errors():
     no_plain_jaas = {k: v for k, v in base.items() if "jaas" not in k}
     with pytest.raises(ConfigError, match="listener.name.sasl_plaintext.plain.sasl.jaas.config"):
         BrokerConfig.from_properties(no_plain_jaas)
+
+
+def test_error_response_for_every_api():
+    """Every API at its lowest and highest version: the refusal encodes, and decodes with the generated
+    response codec, carrying 34 at each item the request named (one of each in a sample request)."""
+    from pybroker.api import TABLE
+    from pybroker.api.error_response import error_response
+    from pybroker.protocol import decode_request, decode_response, encode_request, encode_response
+    from pybroker.protocol import response_header_version
+    for key, api in sorted(TABLE.items()):
+        for version in {api.MIN_VERSION, api.MAX_VERSION}:
+            _, request = decode_request(encode_request(version, 1, "c", sample_request(key, version)))
+            response = error_response(key, version, request, 34, "refused")
+            header, decoded = decode_response(encode_response(response_header_version(key, version), 7,
+                                                              response, version), key, version)
+            codes = error_codes(decoded, version)
+            assert header.correlation_id == 7
+            assert set(codes) == ({34} if (key, version) != (35, 0) else set()), (key, version, codes)  # v0-2: none
+    P = REQUESTS[0]
+    assert error_response(0, 8, P(acks=0, topic_data=[P.TopicProduceData(name="t")]), 34) is None
 
 
 # ---- fixtures -------------------------------------------------------------------------------
@@ -304,19 +325,76 @@ def test_unsupported_mechanism_is_33_with_the_enabled_list(broker):
         assert client.is_closed_by_peer()
 
 
-def test_requests_before_authentication_close_the_connection(broker):
-    with WireClient(broker.port) as client:  # Metadata first: closed, no answer (as Kafka)
-        client.send_only(REQUESTS[3](topics=None), 8)
-        assert client.is_closed_by_peer()
-    with WireClient(broker.port) as client:  # ApiVersions is fine, then Metadata after the handshake is not
-        assert client.api_versions().error_code == 0
-        assert client.request(REQUESTS[17](mechanism="PLAIN"), 1).error_code == 0
-        client.send_only(REQUESTS[3](topics=None), 8)
-        assert client.is_closed_by_peer()
-    with WireClient(broker.port) as client:  # SaslAuthenticate without a handshake
-        client.send_only(REQUESTS[36](auth_bytes=b"\0alice\0alice-secret"), 1)
-        assert client.is_closed_by_peer()
-    assert "before SASL authentication completed" in broker.stderr()
+# What Apache Kafka 3.8 does in each state (checked against it in test_gate_matches_kafka):
+# before the handshake or after a v0 one, a stray request closes the connection unanswered; after
+# a v1 handshake it gets its own response with ILLEGAL_SASL_STATE (34), then the connection closes.
+ANSWER, ILLEGAL, CLOSED = ("answer", [0]), ("answer", [34]), ("closed",)
+GATE = {
+    "metadata first": [CLOSED],
+    "authenticate first": [CLOSED],
+    "versions, metadata": [ANSWER, CLOSED],
+    "versions twice": [ANSWER, CLOSED],
+    "versions, authenticate": [ANSWER, CLOSED],
+    "v1 handshake, metadata": [ANSWER, ANSWER, ILLEGAL, CLOSED],
+    "v1 handshake, heartbeat": [ANSWER, ILLEGAL, CLOSED],
+    "v1 handshake, versions": [ANSWER, ILLEGAL, CLOSED],
+    "v1 handshake, unsupported versions": [ANSWER, ILLEGAL, CLOSED],  # a v0 answer (KIP-511)
+    "v1 handshake, handshake": [ANSWER, ANSWER, ILLEGAL, CLOSED],
+    "v1 handshake, produce acks=1": [ANSWER, ILLEGAL, CLOSED],
+    "v1 handshake, produce acks=0": [ANSWER, CLOSED],
+    "v1 handshake, unknown api": [ANSWER, CLOSED],
+    "mid-exchange, metadata": [ANSWER, ANSWER, ILLEGAL, CLOSED],
+    "v0 handshake, metadata": [ANSWER, CLOSED],
+    "v0 handshake, handshake": [ANSWER, CLOSED],
+    "authenticated, handshake": [ANSWER, ANSWER, ILLEGAL, ("open",)],  # no re-authentication: not fatal
+}
+
+
+def test_requests_before_authentication_as_kafka(broker):
+    assert {name: run_steps(broker.port, steps) for name, steps in gate_cases().items()} == GATE
+    log = broker.stderr()
+    assert "Metadata before SASL authentication completed" in log
+    assert "reason=\"Metadata request during SASL authentication\"" in log
+
+
+def test_every_api_is_refused_with_34_during_the_exchange(broker):
+    """Each API at its lowest and highest version, right after SaslHandshake v1: its own response,
+    echoing the request's items with ILLEGAL_SASL_STATE, then the connection closes."""
+    from pybroker.api import TABLE
+    from pybroker.api.error_response import error_response
+    cases = [(k, v) for k, api in sorted(TABLE.items()) if k != 36 for v in {api.MIN_VERSION, api.MAX_VERSION}]
+    answers = refusals(broker.port, cases)
+    for (key, version), answer in answers.items():
+        assert answer is not None, (key, version)
+        codes = error_codes(answer, version)
+        assert set(codes) == ({34} if (key, version) != (35, 0) else set()), (key, version, codes)  # v0-2: no code
+        expected = error_response(key, version, sample_request(key, version), 34, "SASL authentication")
+        assert response_fields(answer, version) == response_fields(expected, version), (key, version)
+
+
+def test_gate_matches_kafka(tmp_path, broker):
+    """Apache Kafka 3.8 as the oracle: the same steps have the same outcomes, and its refusals have
+    the same fields and values as ours (messages aside) for every API version it also speaks."""
+    from pybroker.api import TABLE
+    from tests.secure_brokers import kafka_available, make_certs, start_secure_kafka, stop
+    if not kafka_available():
+        pytest.skip("Apache Kafka 3.8 is not installed")
+    proc, kafka = start_secure_kafka(tmp_path, make_certs(str(tmp_path / "certs")))
+    try:
+        port = int(kafka.sasl_plaintext.rsplit(":", 1)[1])
+        assert {name: run_steps(port, steps) for name, steps in gate_cases("alice").items()} == GATE
+        with WireClient(port) as client:  # KRaft leaves the ZooKeeper-era APIs out: those are compared too
+            ranges = {a.api_key: (a.min_version, a.max_version) for a in client.api_versions().api_keys}
+        cases = [(k, v) for k, api in sorted(TABLE.items()) if k != 36 for v in {api.MIN_VERSION, api.MAX_VERSION}
+                 if ranges.get(k, (v, v))[0] <= v <= ranges.get(k, (v, v))[1]]
+        theirs = refusals(port, cases)
+    finally:
+        stop(proc)
+    ours = refusals(broker.port, cases)
+    for key, version in cases:
+        assert theirs[key, version] is not None, (key, version)
+        assert response_fields(ours[key, version], version) == response_fields(theirs[key, version], version), \
+            (key, version)
 
 
 def test_sasl_requests_after_authentication(broker):
@@ -383,7 +461,7 @@ def test_pre_auth_frame_limit_does_not_allocate(broker):
             client.send_raw((600 * 1024).to_bytes(4, "big"))
             assert client.is_closed_by_peer()
     assert rss_kib(broker.proc.pid) - before < 16 * 1024  # 200 x 600 KiB would be 117 MiB
-    assert "larger than" in broker.stderr()
+    assert "is larger than sasl.server.max.receive.size (524288)" in broker.stderr()
     # still serving; and after authentication a frame of 600 KiB is fine
     with admin_client(broker.port) as client:
         topic = topic_name()

@@ -5,10 +5,12 @@ API or version it does not advertise, closes the connection (as Apache Kafka doe
 ApiVersions, which is answered in v0 with UNSUPPORTED_VERSION and our ranges (KIP-511).
 
 SASL listeners put an ``AuthenticationGate`` in front of the dispatcher: until the session has
-authenticated, only the requests of the SASL exchange pass (Kafka's order: ApiVersions and
-SaslHandshake, then SaslAuthenticate; raw tokens after a v0 handshake); anything else closes the
-connection without an answer (as Kafka does before the handshake; after it Kafka first answers that
-request with ILLEGAL_SASL_STATE, which clients treat the same way). Other listeners have no gate.
+authenticated, only the requests of the SASL exchange pass, in Kafka's order: at most one ApiVersions,
+SaslHandshake, then SaslAuthenticate (or raw tokens after a v0 handshake). What Kafka does with any
+other request, the gate does: before the handshake (and after a v0 one) the connection closes without
+an answer; after a v1 handshake the request gets its own response carrying ILLEGAL_SASL_STATE (34),
+after ``connection.failed.authentication.delay.ms``, and then the connection closes (a request that
+cannot be decoded, or wants no answer, just closes it). Other listeners have no gate.
 """
 import inspect
 import logging
@@ -18,15 +20,20 @@ import time
 from pybroker import core
 from pybroker.api import TABLE, api_versions, produce, sasl_authenticate, sasl_handshake
 from pybroker.api.context import Parts, RequestContext
+from pybroker.api.error_response import error_response
 from pybroker.errors import BrokerError
 from pybroker.quota import enforce
-from pybroker.protocol import (API_NAMES, RequestHeader, UnsupportedVersionError, decode_request,
+from pybroker.protocol import (API_NAMES, DecodeError, RequestHeader, UnsupportedVersionError, decode_request,
                                encode_response, response_header_version)
 from pybroker.security.sasl.authenticator import EXPIRED, Exchange
 
 log = logging.getLogger(__name__)
 
 _KEY_AND_VERSION = struct.Struct(">hh")
+
+
+ILLEGAL_SASL_STATE = 34
+VERSIONS_ANSWERED = "versions answered"  # session.sasl_state after ApiVersions: SaslHandshake must follow
 
 
 class AuthenticationGate:
@@ -40,18 +47,43 @@ class AuthenticationGate:
         if conn.session.authenticated:
             return self.dispatcher.handle(frame, conn)
         state = conn.session.sasl_state
-        if type(state) is Exchange and state.raw:
-            return self._raw_token(frame, conn)
-        key = _KEY_AND_VERSION.unpack_from(frame)[0] if len(frame) >= 4 else None
-        if (key == sasl_authenticate.API_KEY and type(state) is Exchange
-                or key == sasl_handshake.API_KEY and state in (None, EXPIRED)
-                or key == api_versions.API_KEY and state is None):
+        if type(state) is Exchange:
+            return self._raw_token(frame, conn) if state.raw else self._exchange(frame, conn, state)
+        key, version = _KEY_AND_VERSION.unpack_from(frame) if len(frame) >= 4 else (None, None)
+        if key == sasl_handshake.API_KEY and state in (None, VERSIONS_ANSWERED, EXPIRED):
             return self.dispatcher.handle(frame, conn)
-        what = API_NAMES.get(key, f"API {key}")
-        log.info("%r: closing: %s %s", conn, what, "after the session expired (connections.max.reauth.ms)"
-                 if state == EXPIRED else "before SASL authentication completed")
-        conn.close()
-        return None
+        if key == api_versions.API_KEY and state is None:
+            if api_versions.MIN_VERSION <= version <= api_versions.MAX_VERSION:
+                conn.session.sasl_state = VERSIONS_ANSWERED  # an unsupported version may be retried lower
+            return self.dispatcher.handle(frame, conn)
+        return self._close(conn, key, "after the session expired (connections.max.reauth.ms)"
+                           if state == EXPIRED else "before SASL authentication completed")
+
+    def _exchange(self, frame, conn, exchange):
+        """After SaslHandshake v1: SaslAuthenticate passes; any other request is refused with its own
+        response carrying ILLEGAL_SASL_STATE, and the connection closes after it."""
+        key, version = _KEY_AND_VERSION.unpack_from(frame)
+        if key == sasl_authenticate.API_KEY:
+            return self.dispatcher.handle(frame, conn)
+        api = TABLE.get(key)
+        try:
+            if key == api_versions.API_KEY and not api.MIN_VERSION <= version <= api.MAX_VERSION:
+                header, request, version = RequestHeader.decode(frame, 0, 1)[0], None, 0  # v0, as KIP-511
+            elif api is not None and api.MIN_VERSION <= version <= api.MAX_VERSION:
+                header, request = decode_request(frame)
+            else:
+                return self._close(conn, key, f"v{version} during SASL authentication")
+        except DecodeError as exc:
+            return self._close(conn, key, f"during SASL authentication, undecodable: {exc}")
+        name = API_NAMES[key]
+        response = error_response(key, version, request, ILLEGAL_SASL_STATE,
+                                  f"{name} request received during SASL authentication (expected SaslAuthenticate)")
+        self.sasl.fail(conn, exchange.mechanism, getattr(exchange.server, "username", None),
+                       f"{name} request during SASL authentication")
+        if response is None:  # Produce with acks=0: closed without an answer
+            return self.sasl.delayed(None)
+        body = encode_response(response_header_version(key, version), header.correlation_id, response, version)
+        return self.sasl.delayed([body])
 
     def _raw_token(self, frame, conn):
         """After SaslHandshake v0: the frame is the token, the answer a bare size-prefixed token."""
@@ -59,6 +91,12 @@ class AuthenticationGate:
         if outcome.error is not None:
             return self.sasl.delayed(None)  # Kafka closes without an answer in this mode
         return [outcome.token]
+
+    @staticmethod
+    def _close(conn, key, why: str):
+        log.info("%r: closing: %s %s", conn, API_NAMES.get(key, f"API {key}"), why)
+        conn.close()
+        return None
 
 
 class UnsupportedRequestError(BrokerError):

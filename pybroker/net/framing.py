@@ -14,6 +14,13 @@ MIN_REQUEST_BYTES = 8  # api_key + api_version + correlation_id
 MAX_RESPONSE_BYTES = 2**31 - 1  # the size prefix is a signed int32
 
 
+class PreAuthFrameLimit(int):
+    """The request size limit of a SASL listener until the client has authenticated; the refusal
+    names its setting (a plain int limit is socket.request.max.bytes)."""
+    __slots__ = ()
+    setting = "sasl.server.max.receive.size"
+
+
 def frame_size_error(size: int, max_request_bytes: int) -> str | None:
     """Why a request of ``size`` bytes is refused (checked before any allocation), or None."""
     if size < 0:
@@ -21,8 +28,8 @@ def frame_size_error(size: int, max_request_bytes: int) -> str | None:
     if size < MIN_REQUEST_BYTES:
         return f"request size {size} is too small to hold a request header"
     if size > max_request_bytes:
-        return (f"request size {size} is larger than socket.request.max.bytes "
-                f"({max_request_bytes})")
+        setting = getattr(max_request_bytes, "setting", "socket.request.max.bytes")
+        return f"request size {size} is larger than {setting} ({int(max_request_bytes)})"
     return None
 
 

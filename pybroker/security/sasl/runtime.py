@@ -1,5 +1,6 @@
 """Wiring SASL into a broker: the SCRAM credential store, the authenticator, and the gate in front
 of each SASL listener's dispatcher (PLAINTEXT and SSL listeners are left untouched)."""
+from pybroker.net.framing import PreAuthFrameLimit
 from pybroker.security.credentials import LocalCredentialStore, ZkCredentialStore
 from pybroker.security.sasl.authenticator import SaslAuthenticator
 from pybroker.security.sasl.settings import SASL_PROTOCOLS, SaslSettings
@@ -19,4 +20,4 @@ async def start(broker) -> None:
     broker.sasl = SaslAuthenticator(settings, store)
     for server in sasl_servers:
         server.handler = AuthenticationGate(server.handler, broker.sasl)
-        server.max_pre_auth_bytes = settings.max_receive_bytes
+        server.max_pre_auth_bytes = PreAuthFrameLimit(settings.max_receive_bytes)
