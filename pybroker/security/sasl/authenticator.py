@@ -1,6 +1,7 @@
 """The SASL state of a connection's session, from SaslHandshake to an authenticated principal.
 
-States (``session.sasl_state``): None (nothing yet: ApiVersions and SaslHandshake allowed), an
+States (``session.sasl_state``): None (nothing yet: ApiVersions and SaslHandshake allowed),
+``VERSIONS_ANSWERED`` (kept by the gate in pybroker/api/dispatcher.py: SaslHandshake must follow), an
 ``Exchange`` (after SaslHandshake: SaslAuthenticate only, or raw tokens after a v0 handshake),
 ``EXPIRED`` (``connections.max.reauth.ms`` passed without re-authentication: only SaslHandshake),
 ``FAILED`` (the failure answer is on its way, then the connection closes). An authenticated
