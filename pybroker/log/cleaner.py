@@ -36,7 +36,8 @@ from pybroker.log.segment import LogSegment, MAX_RELATIVE_OFFSET
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "cleaner-offset-checkpoint"
-CHUNK_BYTES = 8 << 20  # a segment is cleaned this many bytes (whole batches) at a time
+CHUNK_BYTES = 8 << 20  # a segment is read and cleaned this many bytes (whole batches) at a time
+CLEANER_NICENESS = 10  # added to the cleaner threads' nice value (Linux: per thread)
 
 
 @dataclass(frozen=True)
@@ -159,17 +160,20 @@ class Cleaner:
             segments = list(lg.segments)
         om = self.offset_map
         om.clear()
-        end = c.first_dirty
+        end, full = c.first_dirty, False
         for seg in segments[:-1]:
             if seg.next_offset <= c.first_dirty or seg.base_offset >= c.first_uncleanable:
                 continue
             self._check_open(lg)
             with _mapped(seg) as view:
-                filled = om.add_batches(view, c.first_dirty, c.first_uncleanable)
-            stats.bytes_read += seg.size
-            self.throttler.add(seg.size)
-            end = filled.next_offset
-            if filled.full:
+                for start, stop in self._chunks(seg):  # chunks, so the I/O throttle acts often
+                    filled = om.add_batches(memoryview(view)[start:stop], c.first_dirty, c.first_uncleanable)
+                    stats.bytes_read += stop - start
+                    self.throttler.add(stop - start)
+                    end, full = max(end, filled.next_offset), filled.full
+                    if full:
+                        break
+            if full:
                 break
         stats.keys = om.size
         stats.map_seconds = time.monotonic() - started
@@ -343,6 +347,10 @@ class LogCleaner:
     # ---- work -------------------------------------------------------------------------------
 
     def _run(self, cleaner: Cleaner) -> None:
+        try:  # background work: on busy cores the request-serving thread goes first
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CLEANER_NICENESS)
+        except (OSError, AttributeError):
+            pass
         while not self._stopping.is_set():
             try:
                 worked = self.clean_once(cleaner)
