@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "cleaner-offset-checkpoint"
 CHUNK_BYTES = 8 << 20  # a segment is read and cleaned this many bytes (whole batches) at a time
-CLEANER_NICENESS = 10  # added to the cleaner threads' nice value (Linux: per thread)
+CLEANER_NICENESS = 19  # where SCHED_IDLE is missing: the lowest nice value (Linux: per thread)
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,21 @@ class Cleaner:
             start = stop
 
 
+def lower_priority_of_this_thread() -> None:
+    """Background work: the cleaner runs on CPU time nobody else wants (Linux SCHED_IDLE, so a woken
+    request-serving thread takes the core at once), else at the lowest nice value."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, CLEANER_NICENESS)
+    except (OSError, AttributeError):
+        pass
+
+
 def read_checkpoint(log_dir: str) -> dict:
     """The first dirty offset of each log of ``log_dir`` (empty when there is no readable checkpoint)."""
     try:
@@ -347,10 +362,7 @@ class LogCleaner:
     # ---- work -------------------------------------------------------------------------------
 
     def _run(self, cleaner: Cleaner) -> None:
-        try:  # background work: on busy cores the request-serving thread goes first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CLEANER_NICENESS)
-        except (OSError, AttributeError):
-            pass
+        lower_priority_of_this_thread()
         while not self._stopping.is_set():
             try:
                 worked = self.clean_once(cleaner)
