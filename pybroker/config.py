@@ -65,6 +65,7 @@ IGNORED = {
     "ssl.truststore.password": "PEM truststores have no password",
     "ssl.allow.dn.changes": "certificates are not reloaded while running",
     "ssl.allow.san.changes": "certificates are not reloaded while running",
+    "log.cleaner.io.buffer.size": "the log cleaner maps segments instead of reading them through a buffer",
 }
 # ssl.* keys read by pybroker/security/tls.py (also valid as listener.name.<name>.ssl.*)
 SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.key",
