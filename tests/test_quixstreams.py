@@ -13,20 +13,19 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-pytest.importorskip("quixstreams")
+from tests.broker import ROOT
+from tests.clientutil import DEADLINE, finish_broker, start_broker, wait_until
+from tests.quix_env import quixstreams_python
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
-
-from tests.broker import ROOT  # noqa: E402
-from tests.clientutil import DEADLINE, finish_broker, start_broker, wait_until  # noqa: E402
-from tests.quix_app import BATCH_BYTES, WINDOW_MS  # noqa: E402
+WINDOW_MS = 1000
+BATCH_BYTES = 512  # producer batches stay below the test broker's small log.segment.bytes
 
 APP = os.path.join(ROOT, "tests", "quix_app.py")
 GROUP = "totals"
@@ -137,7 +136,10 @@ class App:
     """tests/quix_app.py in its own process, stopped by PID."""
 
     def __init__(self, bootstrap: str, state_dir: str, log_path: str):
-        self.args = [sys.executable, APP, bootstrap, GROUP, INPUT, OUTPUT, state_dir]
+        python, why = quixstreams_python()
+        if python is None:
+            pytest.skip(why)
+        self.args = [python, APP, bootstrap, GROUP, INPUT, OUTPUT, state_dir, str(WINDOW_MS), str(BATCH_BYTES)]
         self.log_path = log_path
         self.proc = None
 
