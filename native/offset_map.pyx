@@ -165,61 +165,51 @@ cdef inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, i
     return E_VARINT_TRUNCATED if e == VARINT_TRUNCATED else E_VARINT_LONG
 
 
-cdef int add_section(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
-    """Put the keyed records in range of one (uncompressed) records section: W_OK, W_FULL or W_ERROR.
+cdef struct Head:
+    Py_ssize_t start  # the record's attributes byte (just after its length varint)
+    Py_ssize_t end
+    Py_ssize_t ts_end  # just after its timestamp delta
+    Py_ssize_t key_pos
+    int64_t ts_delta
+    int64_t delta
+    int64_t klen
 
-    Records are hashed GROUP at a time and their home slots prefetched before the inserts, which
-    still happen in record order, so the map stops at exactly the record the pure twin stops at.
-    """
-    cdef Pending pend[GROUP]
-    cdef int np = 0, e = 0
-    cdef Py_ssize_t pos = 0, rec_end
-    cdef int64_t i, length, ignored, delta, klen, offset
-    cdef XXH128_hash_t h
-    for i in range(w.count):
-        e = read_varint(p, &pos, n, &length)
-        if e:
-            break
-        if length < 1 or length > n - pos:
-            e = E_REC_LENGTH
-            w.err.a = length
-            break
-        rec_end = pos + length
-        pos += 1  # record attributes
-        e = read_varint(p, &pos, rec_end, &ignored)  # timestamp delta
-        if e:
-            break
-        e = read_varint(p, &pos, rec_end, &delta)
-        if e:
-            break
-        if delta < 0 or delta > w.lod:
-            e = E_DELTA
-            w.err.a = delta
-            w.err.b = w.lod
-            break
-        e = read_varint(p, &pos, rec_end, &klen)
-        if e:
-            break
-        if klen < -1 or klen > rec_end - pos:
-            e = E_KEY
-            w.err.a = klen
-            break
-        offset = w.base + delta
-        if klen >= 0 and w.start <= offset < w.stop:
-            h = XXH3_128bits(p + pos, <size_t>klen)
-            pend[np].lo = h.low64
-            pend[np].hi = h.high64
-            pend[np].offset = offset
-            pend[np].home = pb_om_home(h.high64, t.capacity)
-            pb_om_prefetch(t.slots + pend[np].home)
-            np += 1
-            if np == GROUP:
-                if flush(t, pend, np, &w.stopped) == W_FULL:
-                    return W_FULL
-                np = 0
-        pos = rec_end
-    if flush(t, pend, np, &w.stopped) == W_FULL:  # records before a bad one count, as in the twin
-        return W_FULL
+
+cdef inline int read_head(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t n, Walk *w, Head *r) noexcept nogil:
+    """The checked fields of the record at pos[0] up to its key (pos[0] moves to the key): 0 or an
+    error kind (with w.err.a/b), shared by every record walker here."""
+    cdef int64_t length
+    cdef int e = read_varint(p, pos, n, &length)
+    if e:
+        return e
+    if length < 1 or length > n - pos[0]:
+        w.err.a = length
+        return E_REC_LENGTH
+    r.start, r.end = pos[0], pos[0] + length
+    pos[0] += 1  # record attributes
+    e = read_varint(p, pos, r.end, &r.ts_delta)
+    if e:
+        return e
+    r.ts_end = pos[0]
+    e = read_varint(p, pos, r.end, &r.delta)
+    if e:
+        return e
+    if r.delta < 0 or r.delta > w.lod:
+        w.err.a = r.delta
+        w.err.b = w.lod
+        return E_DELTA
+    e = read_varint(p, pos, r.end, &r.klen)
+    if e:
+        return e
+    if r.klen < -1 or r.klen > r.end - pos[0]:
+        w.err.a = r.klen
+        return E_KEY
+    r.key_pos = pos[0]
+    return 0
+
+
+cdef inline int end_section(Walk *w, int e, int64_t i, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
+    """How a records section walk ended: W_OK, or W_ERROR for record ``i``'s error ``e`` or trailing bytes."""
     if e:
         w.err.kind = e
         w.err.i = i
@@ -230,6 +220,41 @@ cdef int add_section(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w) noexcept
         w.err.b = w.count
         return W_ERROR
     return W_OK
+
+
+cdef int add_section(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
+    """Put the keyed records in range of one (uncompressed) records section: W_OK, W_FULL or W_ERROR.
+
+    Records are hashed GROUP at a time and their home slots prefetched before the inserts, which
+    still happen in record order, so the map stops at exactly the record the pure twin stops at.
+    """
+    cdef Pending pend[GROUP]
+    cdef int np = 0, e = 0
+    cdef Py_ssize_t pos = 0
+    cdef int64_t i, offset
+    cdef Head r
+    cdef XXH128_hash_t h
+    for i in range(w.count):
+        e = read_head(p, &pos, n, w, &r)
+        if e:
+            break
+        offset = w.base + r.delta
+        if r.klen >= 0 and w.start <= offset < w.stop:
+            h = XXH3_128bits(p + r.key_pos, <size_t>r.klen)
+            pend[np].lo = h.low64
+            pend[np].hi = h.high64
+            pend[np].offset = offset
+            pend[np].home = pb_om_home(h.high64, t.capacity)
+            pb_om_prefetch(t.slots + pend[np].home)
+            np += 1
+            if np == GROUP:
+                if flush(t, pend, np, &w.stopped) == W_FULL:
+                    return W_FULL
+                np = 0
+        pos = r.end
+    if flush(t, pend, np, &w.stopped) == W_FULL:  # records before a bad one count, as in the twin
+        return W_FULL
+    return end_section(w, e, i, pos, n)
 
 
 cdef inline int batch_error(Walk *w, int kind, int64_t a, int64_t b) noexcept nogil:
@@ -599,49 +624,26 @@ cdef int pick_records(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, bint ho
                       Pick *k) noexcept nogil:
     """Choose the records of one (uncompressed) section to keep: W_OK, W_FULL (no memory) or W_ERROR."""
     cdef Py_ssize_t pos = 0, rec_start, rec_end, ts_end, key_pos
-    cdef int64_t i, length, ts_delta, delta, klen, vlen, offset
+    cdef int64_t i, ts_delta, klen, vlen, offset
     cdef int e = 0
+    cdef Head r
     cdef XXH128_hash_t h
     cdef Kept *grown
     k.n_kept = 0
     k.tombstone = False
     k.max_ts_delta = -INT64_MAX
     for i in range(w.count):
-        e = read_varint(p, &pos, n, &length)
+        e = read_head(p, &pos, n, w, &r)
         if e:
             break
-        if length < 1 or length > n - pos:
-            e = E_REC_LENGTH
-            w.err.a = length
-            break
-        rec_start, rec_end = pos, pos + length
-        pos += 1
-        e = read_varint(p, &pos, rec_end, &ts_delta)
-        if e:
-            break
-        ts_end = pos
-        e = read_varint(p, &pos, rec_end, &delta)
-        if e:
-            break
-        if delta < 0 or delta > w.lod:
-            e = E_DELTA
-            w.err.a = delta
-            w.err.b = w.lod
-            break
-        e = read_varint(p, &pos, rec_end, &klen)
-        if e:
-            break
-        if klen < -1 or klen > rec_end - pos:
-            e = E_KEY
-            w.err.a = klen
-            break
-        key_pos = pos
+        rec_start, rec_end, ts_end, key_pos = r.start, r.end, r.ts_end, r.key_pos
+        ts_delta, klen = r.ts_delta, r.klen
         pos += klen if klen > 0 else 0
         e = read_varint(p, &pos, rec_end, &vlen)
         if e:
             break
         pos = rec_end
-        offset = w.base + delta
+        offset = w.base + r.delta
         if offset < w.stop:  # records from the map's end on are kept as they are: not cleaned yet
             if klen < 0:
                 continue  # records without a key do not survive cleaning
@@ -664,16 +666,7 @@ cdef int pick_records(Table *t, const uint8_t *p, Py_ssize_t n, Walk *w, bint ho
         if ts_delta > k.max_ts_delta:
             k.max_ts_delta = ts_delta
         k.n_kept += 1
-    if e:
-        w.err.kind = e
-        w.err.i = i
-        return W_ERROR
-    if pos != n:
-        w.err.kind = E_TRAILING
-        w.err.a = n - pos
-        w.err.b = w.count
-        return W_ERROR
-    return W_OK
+    return end_section(w, e, i, pos, n)
 
 
 cdef int write_records(Out *o, const uint8_t *p, const Pick *k, bint restamp, int64_t shift) noexcept nogil:
@@ -809,32 +802,18 @@ cdef void end_rewrite(Out *o, Py_ssize_t start, const uint8_t *q, Walk *w, Retai
 
 cdef int find_keyless(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
     """W_OK with w.stopped = the offset of the first record without a key (-1: none), or W_ERROR."""
-    cdef Py_ssize_t pos = 0, rec_end
-    cdef int64_t i, length, ignored, delta, klen
+    cdef Py_ssize_t pos = 0
+    cdef int64_t i
     cdef int e = 0
+    cdef Head r
     for i in range(w.count):
-        e = read_varint(p, &pos, n, &length)
+        e = read_head(p, &pos, n, w, &r)
         if e:
             break
-        if length < 1 or length > n - pos:
-            e = E_REC_LENGTH
-            w.err.a = length
-            break
-        rec_end = pos + length
-        pos += 1
-        e = read_varint(p, &pos, rec_end, &ignored)
-        if e:
-            break
-        e = read_varint(p, &pos, rec_end, &delta)
-        if e:
-            break
-        e = read_varint(p, &pos, rec_end, &klen)
-        if e:
-            break
-        if klen < 0:
-            w.stopped = w.base + delta
+        if r.klen < 0:
+            w.stopped = w.base + r.delta
             return W_OK
-        pos = rec_end
+        pos = r.end
     if e:
         w.err.kind = e
         w.err.i = i

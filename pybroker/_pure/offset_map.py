@@ -192,21 +192,10 @@ class OffsetMap:
         """Put one batch's keyed records in range; the offset of the record that did not fit, else -1."""
         n, pos = len(p), 0
         for i in range(count):
-            length, pos = _varint(p, pos, n, i)
-            if length < 1 or length > n - pos:
-                raise _RecordError(f"record {i}: length {length} out of range")
-            rec_end = pos + length
-            pos += 1  # record attributes
-            _, pos = _varint(p, pos, rec_end, i)  # timestamp delta
-            delta, pos = _varint(p, pos, rec_end, i)
-            if delta < 0 or delta > lod:
-                raise _RecordError(f"record {i}: offset delta {delta} outside the batch (last offset delta {lod})")
-            klen, pos = _varint(p, pos, rec_end, i)
-            if klen < -1 or klen > rec_end - pos:
-                raise _RecordError(f"record {i}: key length {klen} out of range")
+            _, rec_end, _, _, delta, klen, key_pos = _record_head(p, pos, n, lod, i)
             offset = base + delta
             if klen >= 0 and start <= offset < stop:
-                if not self._put(p[pos:pos + klen], offset):
+                if not self._put(p[key_pos:key_pos + klen], offset):
                     return offset
             pos = rec_end
         if pos != n:
@@ -220,22 +209,29 @@ ATTR_DELETE_HORIZON = 0x40
 _HDR = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
 
 
+def _record_head(p, pos: int, n: int, lod: int, i: int) -> tuple:
+    """(start, end, ts_delta, ts_end, offset delta, key length, key position) of the record at ``pos``,
+    checked; ``start`` is its attributes byte (after the length varint). Shared by every record walker here."""
+    length, pos = _varint(p, pos, n, i)
+    if length < 1 or length > n - pos:
+        raise _RecordError(f"record {i}: length {length} out of range")
+    start, end = pos, pos + length
+    ts_delta, q = _varint(p, pos + 1, end, i)
+    ts_end = q
+    delta, q = _varint(p, q, end, i)
+    if delta < 0 or delta > lod:
+        raise _RecordError(f"record {i}: offset delta {delta} outside the batch (last offset delta {lod})")
+    klen, q = _varint(p, q, end, i)
+    if klen < -1 or klen > end - q:
+        raise _RecordError(f"record {i}: key length {klen} out of range")
+    return start, end, ts_delta, ts_end, delta, klen, q
+
+
 def _records(p, n: int, base: int, lod: int, count: int):
-    """(start, end, attributes_pos, ts_delta, ts_end, offset, key or None, is_tombstone) per record."""
+    """(start, end, ts_delta, ts_end, offset, key or None, is_tombstone) per record."""
     pos = 0
     for i in range(count):
-        length, pos = _varint(p, pos, n, i)
-        if length < 1 or length > n - pos:
-            raise _RecordError(f"record {i}: length {length} out of range")
-        start, end = pos, pos + length
-        ts_delta, q = _varint(p, pos + 1, end, i)
-        ts_end = q
-        delta, q = _varint(p, q, end, i)
-        if delta < 0 or delta > lod:
-            raise _RecordError(f"record {i}: offset delta {delta} outside the batch (last offset delta {lod})")
-        klen, q = _varint(p, q, end, i)
-        if klen < -1 or klen > end - q:
-            raise _RecordError(f"record {i}: key length {klen} out of range")
+        start, end, ts_delta, ts_end, delta, klen, q = _record_head(p, pos, n, lod, i)
         key = bytes(p[q:q + klen]) if klen >= 0 else None
         q += max(klen, 0)
         vlen, q = _varint(p, q, end, i)
