@@ -124,6 +124,8 @@ class Cluster:
                     os.path.join(self.base_dir, f"broker-{broker_id}"), settings, port,
                     command_prefix=(command_prefix or {}).get(broker_id, ()), host=host)
             start_all(list(self.brokers.values()))
+            if self.brokers:
+                self.wait_formed()
         except BaseException:
             self.close()
             raise
@@ -175,6 +177,12 @@ class Cluster:
         b.close()  # the old process's pipe and stderr file
         start_all([b], timeout)
         return b
+
+    def wait_formed(self, timeout: float = START_TIMEOUT) -> None:
+        """Every broker registered and a controller elected: admin requests can be served."""
+        want = sorted(self.brokers)
+        self.wait_for(lambda: self.live_brokers() == want and self.controller_id() in want, timeout,
+                      f"brokers {want} registered and a controller elected")
 
     # ---- ZooKeeper state
 
