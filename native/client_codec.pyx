@@ -490,8 +490,10 @@ cdef class BatchBuilder:
             raise MemoryError()
         return i
 
-    def build(self, int codec, int64_t producer_id=-1, int16_t producer_epoch=-1, int32_t base_sequence=-1):
-        """The complete batch: baseOffset 0, header, CRC-32C; records compressed with ``codec`` (0-4)."""
+    def build(self, int codec, int64_t producer_id=-1, int16_t producer_epoch=-1, int32_t base_sequence=-1,
+              bint transactional=False):
+        """The complete batch: baseOffset 0, header, CRC-32C; records compressed with ``codec`` (0-4);
+        ``transactional`` sets the transactional attribute bit (0x10)."""
         cdef bytes out, body
         cdef uint8_t *p
         cdef const uint8_t *src
@@ -515,7 +517,7 @@ cdef class BatchBuilder:
         pb_put32(p + 8, <uint32_t>(HEADER_SIZE + n - LOG_OVERHEAD))
         pb_put32(p + 12, <uint32_t>-1)  # partitionLeaderEpoch: set by the broker
         p[16] = 2
-        pb_put16(p + 21, <uint16_t>codec)
+        pb_put16(p + 21, <uint16_t>(codec | (ATTR_TRANSACTIONAL if transactional else 0)))
         pb_put32(p + 23, <uint32_t>(self.s.count - 1))
         pb_put64(p + 27, self.s.first_ts)
         pb_put64(p + 35, self.s.max_ts)

@@ -245,8 +245,10 @@ def encode_fetch(version, topics, results, committed_only):
     """FetchResponse v4-v11 body as [bytes, slice, bytes, slice, ..., bytes?] (see the contract)."""
     cdef Out o
     cdef Py_ssize_t total = 0, k = 0, nres, i
-    cdef int64_t partition, error, hw, lso, lstart = 0, length
+    cdef int64_t partition, error, hw, lso, lstart = 0, length, pid, first
     cdef int32_t aborted
+    cdef Py_ssize_t ntxns
+    cdef bint committed = bool(committed_only)
     cdef int v
     if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
         raise EncodeError(f"FetchResponse: version {version} is not supported "
@@ -257,7 +259,7 @@ def encode_fetch(version, topics, results, committed_only):
     if total != nres:
         raise EncodeError(f"FetchResponse: {nres} results for {total} requested partitions")
     v = version
-    aborted = 0 if committed_only else -1  # empty array / null: this broker has no transactions
+    aborted = 0 if committed else -1  # empty array / null (read_uncommitted), unless aborted transactions follow
     out = []
     o.p = NULL
     o.n = o.cap = 0
@@ -294,7 +296,19 @@ def encode_fetch(version, topics, results, committed_only):
                 _put64(&o, lso)
                 if v >= 5:
                     _put64(&o, lstart)
-                _put32(&o, aborted)
+                txns = r.aborted_transactions if committed else None
+                if txns:  # read_committed: (producer id, first offset) of each aborted transaction
+                    ntxns = len(txns)
+                    _put32(&o, ntxns)
+                    for txn in txns:
+                        tpid, tfirst = txn
+                        pid = _int(tpid, INT64_MIN, INT64_MAX, "aborted producer id")
+                        first = _int(tfirst, INT64_MIN, INT64_MAX, "aborted first offset")
+                        _reserve(&o, 16 + PART_MAX)
+                        _put64(&o, pid)
+                        _put64(&o, first)
+                else:
+                    _put32(&o, aborted)
                 if v >= 11:
                     _put32(&o, -1)  # preferred read replica
                 _put32(&o, length)

@@ -45,6 +45,7 @@ class Broker:
         self.replicas = None
         self.servers = []
         self.coordinator = None
+        self.transactions = None  # the transaction coordinator (pybroker/transaction)
         self.zk = None
         self.zk_controller = None
         self.dynamic_configs = None  # live broker configs (replication throttles, log defaults)
@@ -92,6 +93,10 @@ class Broker:
         self.offsets.coordinator = self.coordinator
         self.replicas.listeners.append(self.offsets)
         self.coordinator.startup()
+        from pybroker.transaction.coordinator import TransactionCoordinator
+        self.transactions = TransactionCoordinator(cfg, self)  # transactional ids load with __transaction_state
+        self.replicas.listeners.append(self.transactions)
+        self.transactions.startup()
         if cfg.zookeeper_connect:
             await self._start_cluster()
         else:
@@ -363,6 +368,8 @@ class Broker:
         self._answer_parked()
         for server in self.servers:
             await server.stop(timeout)
+        if self.transactions is not None:
+            await self.transactions.shutdown()
         if self.zk_controller is not None:
             await self.zk_controller.shutdown()
         if self.replicas is not None and self.replicas.fetchers is not None:

@@ -139,6 +139,8 @@ def main(argv=None) -> int:
     add_commands(sub)
     from pybroker.tools.acls import add_parser as add_acls_command  # kafka-acls
     add_acls_command(sub)
+    from pybroker.tools.transactions import add_parser as add_transactions_command  # kafka-transactions
+    add_transactions_command(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -51,8 +51,6 @@ IGNORED = {
     "socket.send.buffer.bytes": "the OS socket buffer sizes are used",
     "socket.receive.buffer.bytes": "the OS socket buffer sizes are used",
     "num.recovery.threads.per.data.dir": "log recovery is sequential",
-    "transaction.state.log.replication.factor": "transactions are not supported",
-    "transaction.state.log.min.isr": "transactions are not supported",
     "share.coordinator.state.topic.replication.factor": "share groups are not supported",
     "share.coordinator.state.topic.min.isr": "share groups are not supported",
     "zookeeper.connection.timeout.ms": "the ZooKeeper client connects within the session timeout",
@@ -87,6 +85,16 @@ _INTS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),
+    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", 1, 32767),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", 1, INT_MAX),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 1, INT_MAX),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1, INT_MAX),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1, INT_MAX),
+    "transaction.remove.expired.transaction.cleanup.interval.ms":
+        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, INT_MAX),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, INT_MAX),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", 1000, INT_MAX),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1, LONG_MAX),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, INT_MAX),
@@ -121,7 +129,8 @@ _BOOLS = {"auto.create.topics.enable": "auto_create_topics_enable",
           "controlled.shutdown.enable": "controlled_shutdown_enable",
           "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
           "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
-          "log.cleaner.enable": "log_cleaner_enable"}
+          "log.cleaner.enable": "log_cleaner_enable",
+          "transaction.partition.verification.enable": "transaction_partition_verification_enable"}
 # broker-level topic defaults: key -> (minimum, maximum); LogConfig field via BROKER_NAMES
 _LOG_INTS = {
     "log.segment.bytes": (14, INT_MAX),
@@ -194,6 +203,15 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080
     group_initial_rebalance_delay_ms: int = 3000
     offsets_topic_replication_factor: int = 3
+    transaction_state_log_num_partitions: int = 50  # the transaction coordinator (pybroker/transaction)
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_max_timeout_ms: int = 900000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_partition_verification_enable: bool = True  # KIP-890: leaders verify a transaction's first batch
     zookeeper_session_timeout_ms: int = 18000
     replica_lag_time_max_ms: int = 30000
     replica_fetch_max_bytes: int = 1048576

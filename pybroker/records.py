@@ -15,6 +15,9 @@ COMPRESSION_NONE = 0
 TIMESTAMP_LOG_APPEND = 0x08
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a control record's type (its key: version int16, type int16)
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch: an end-transaction marker's value
 
 
 @dataclass
@@ -78,6 +81,44 @@ def build_batch(records, base_offset: int = 0, base_timestamp: int = 0,
     return batch
 
 
+def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                        timestamp: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytearray:
+    """An end-transaction marker: one control record in a transactional control batch, no sequence."""
+    record = Record(key=_CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
+                    value=_CONTROL_VALUE.pack(0, coordinator_epoch))
+    return build_batch([record], base_offset=base_offset, base_timestamp=timestamp,
+                       attributes=TRANSACTIONAL | CONTROL, producer_id=producer_id, producer_epoch=producer_epoch,
+                       base_sequence=-1, partition_leader_epoch=partition_leader_epoch)
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    """What a control batch says: its type (0 ABORT, 1 COMMIT, others unknown) and coordinator epoch."""
+    type: int
+    coordinator_epoch: int
+
+    @property
+    def commit(self) -> bool:
+        return self.type == CONTROL_COMMIT
+
+
+def is_control_batch(batch) -> bool:
+    return bool(HEADER.unpack_from(memoryview(batch).cast("B"), 0)[5] & CONTROL)
+
+
+def decode_control_record(batch) -> ControlRecord | None:
+    """The marker of a control batch; None for an empty one (the cleaner removed its record)."""
+    records = decode_records(batch)
+    if not records:
+        return None
+    key, value = records[0].key or b"", records[0].value or b""
+    if len(key) < _CONTROL_KEY.size:
+        raise ValueError(f"control record key of {len(key)} bytes")
+    kind = _CONTROL_KEY.unpack_from(key)[1]
+    epoch = _CONTROL_VALUE.unpack_from(value)[1] if len(value) >= _CONTROL_VALUE.size else -1
+    return ControlRecord(kind, epoch)
+
+
 def _read_varint(buf, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -107,6 +148,7 @@ class DecodedRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    control: bool = False  # a record of a control batch (a transaction marker), not data
 
 
 def decode_records(batch) -> list[DecodedRecord]:
@@ -116,6 +158,7 @@ def decode_records(batch) -> list[DecodedRecord]:
     (base_offset, _, _, _, _, attributes, _, base_ts, max_ts, _, _, _, count) = HEADER.unpack_from(view, 0)
     body = decompress(attributes & 0x07, view[HEADER.size:])
     log_append = attributes & TIMESTAMP_LOG_APPEND
+    control = bool(attributes & CONTROL)
     out, pos = [], 0
     for _ in range(count):
         length, pos = _read_varint(body, pos)
@@ -134,7 +177,7 @@ def decode_records(batch) -> list[DecodedRecord]:
         if pos != end:
             raise ValueError(f"record length {length} does not match its fields")
         out.append(DecodedRecord(base_offset + off_delta, max_ts if log_append else base_ts + ts_delta,
-                                 key, value, headers))
+                                 key, value, headers, control))
     return out
 
 

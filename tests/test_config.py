@@ -165,8 +165,8 @@ log.retention.check.interval.ms=300000
     assert c.listeners == (Listener("PLAINTEXT", "127.0.0.1", 9092),)  # controller listener not served
     assert c.advertised_listeners == (Listener("PLAINTEXT", "localhost", 9092),)
     assert set(c.ignored) == {"num.network.threads", "num.io.threads", "socket.send.buffer.bytes",
-                              "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-                              "transaction.state.log.replication.factor", "transaction.state.log.min.isr"}
+                              "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir"}
+    assert c.transaction_state_log_replication_factor == 1 and c.transaction_state_log_min_isr == 1
     assert c.offsets_topic_replication_factor == 1 and c.inter_broker_listener.name == "PLAINTEXT"
 
 

@@ -92,12 +92,6 @@ def test_producer_ids_are_never_reused_after_restarts(broker):
     assert len(set(seen + after_crash)) == 15
 
 
-def test_transactional_init_producer_id_is_refused(broker):
-    with WireClient(broker.port) as c:
-        r = c.init_producer_id(transactional_id="txn-1")
-        assert r.error_code != 0 and r.producer_id == -1
-
-
 def test_in_order_sequences_then_duplicates_get_their_original_offsets(broker):
     with setup_topic(broker) as c:
         pid = new_pid(c)

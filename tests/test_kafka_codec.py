@@ -437,6 +437,7 @@ class Result:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: object = None
+    aborted_transactions: list | None = None  # read_committed only: (producer id, first offset) pairs
 
 
 i16 = st.integers(-2**15, 2**15 - 1)
@@ -445,13 +446,14 @@ i64 = st.integers(-2**63, 2**63 - 1)
 fetch_topics = st.lists(st.builds(FetchRequest.FetchTopic, topic=names, partitions=st.lists(
     st.builds(FetchRequest.FetchPartition, partition=i32), max_size=5)), max_size=4)
 slices = st.none() | st.builds(Slice, st.binary(max_size=40))
+aborted_lists = st.none() | st.lists(st.tuples(i64, i64), max_size=4)
 
 
 @st.composite
 def fetch_cases(draw):
     topics = draw(fetch_topics)
     n = sum(len(t.partitions) for t in topics)
-    results = [draw(st.builds(Result, i16, i64, i64, i64, slices)) for _ in range(n)]
+    results = [draw(st.builds(Result, i16, i64, i64, i64, slices, aborted_lists)) for _ in range(n)]
     return draw(st.integers(4, 11)), topics, results, draw(st.booleans())
 
 
@@ -486,7 +488,9 @@ def test_fetch_identical_to_reference(case):
             assert (rp.error_code, rp.high_watermark, rp.last_stable_offset) == \
                 (r.error, r.high_watermark, r.last_stable_offset)
             assert rp.log_start_offset == (r.log_start_offset if version >= 5 else -1)
-            assert rp.aborted_transactions == ([] if committed_only else None)
+            expected = [(pid, first) for pid, first in (r.aborted_transactions or ())] if committed_only else None
+            got = rp.aborted_transactions
+            assert (None if got is None else [(a.producer_id, a.first_offset) for a in got]) == expected
             assert rp.preferred_read_replica == -1
             assert bytes(rp.records) == (b"" if r.records is None else r.records.data)
 
@@ -502,6 +506,31 @@ def test_fetch_examples(codec):
         assert parts[1] is a and parts[3] is b and len(parts) == 4  # no trailing empty bytes
     assert codec.encode_fetch(4, [], [], True) == [b"\0" * 8]
     assert codec.encode_fetch(7, [], [], True) == [b"\0" * 14]
+
+
+def test_fetch_aborted_transactions_only_when_read_committed(codec):
+    """read_uncommitted ignores the list (null on the wire); read_committed writes it after the offsets."""
+    topics = [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(partition=0)])]
+    results = [Result(0, 10, 4, 0, Slice(b"r" * 3), [(7, 2), (9, 3)])]
+    for version in range(4, 12):
+        uncommitted = codec.encode_fetch(version, topics, results, False)
+        assert uncommitted == list(fetch_api.encode(version, topics, [Result(0, 10, 4, 0, results[0].records)], False))
+        committed = codec.encode_fetch(version, topics, results, True)
+        check_parts(committed, list(fetch_api.encode(version, topics, results, True)))
+        head = committed[0]
+        at = head.index(struct.pack(">i", 2) + struct.pack(">qq", 7, 2) + struct.pack(">qq", 9, 3))
+        assert at == len(head) - 4 - (4 if version >= 11 else 0) - 36  # then [replica], records length
+
+
+@pytest.mark.parametrize("txns, message", [
+    ([(2**63, 0)], f"FetchResponse: aborted producer id {2**63} is out of range [{-2**63}, {2**63 - 1}]"),
+    ([(1, "x")], "FetchResponse: aborted first offset must be an integer, not str"),
+])
+def test_fetch_bad_aborted_transactions(txns, message):
+    for impl in (NATIVE, PURE):
+        with pytest.raises(EncodeError) as exc:
+            impl.encode_fetch(5, TOPIC1, [Result(aborted_transactions=txns)], True)
+        assert str(exc.value) == message
 
 
 def _fetch_error(impl, version, topics, results):

@@ -252,8 +252,9 @@ class BatchBuilder:
         return i
 
     def build(self, codec: int, producer_id: int = -1, producer_epoch: int = -1,
-              base_sequence: int = -1) -> bytes:
-        """The complete batch: baseOffset 0, header, CRC-32C; records compressed with ``codec`` (0-4)."""
+              base_sequence: int = -1, transactional: bool = False) -> bytes:
+        """The complete batch: baseOffset 0, header, CRC-32C; records compressed with ``codec`` (0-4);
+        ``transactional`` sets the transactional attribute bit (0x10)."""
         if not -(1 << 63) <= producer_id < (1 << 63) or not -(1 << 15) <= producer_epoch < (1 << 15) \
                 or not -(1 << 31) <= base_sequence < (1 << 31):
             raise OverflowError("producer state out of range")
@@ -263,7 +264,8 @@ class BatchBuilder:
             raise ValueError("a record batch needs at least one record")
         body = self._records if codec == 0 else compress(codec, self._records)
         out = bytearray(HEADER_SIZE + len(body))
-        HEADER.pack_into(out, 0, 0, len(out) - LOG_OVERHEAD, -1, 2, 0, codec, self._count - 1,
+        attributes = codec | (ATTR_TRANSACTIONAL if transactional else 0)
+        HEADER.pack_into(out, 0, 0, len(out) - LOG_OVERHEAD, -1, 2, 0, attributes, self._count - 1,
                          self._first_ts, self._max_ts, producer_id, producer_epoch, base_sequence,
                          self._count)
         out[HEADER_SIZE:] = body

@@ -111,6 +111,11 @@ _NAME = Struct(">h").pack
 _PART4 = Struct(">ihqqii").pack
 _PART5 = Struct(">ihqqqii").pack
 _PART11 = Struct(">ihqqqiii").pack
+# read_committed with aborted transactions: the head up to the aborted count, the entries, the tail
+_HEAD4 = Struct(">ihqq").pack
+_HEAD5 = Struct(">ihqqq").pack
+_ABORTED = Struct(">qq").pack  # producer id, first offset
+_TAIL11 = Struct(">ii").pack  # preferred read replica, records length
 
 _I16_RANGE = (-(1 << 15), (1 << 15) - 1)
 _I32_RANGE = (-(1 << 31), (1 << 31) - 1)
@@ -138,7 +143,22 @@ def _explain(p, r, version):
         _int_field(r.log_start_offset, "log start offset", _I64_RANGE)
     if r.records is not None:
         _int_field(r.records.length, "records length", (0, _I32_RANGE[1]))
+    txns = getattr(r, "aborted_transactions", None)
+    if txns:
+        for pid, first in txns:
+            _int_field(pid, "aborted producer id", _I64_RANGE)
+            _int_field(first, "aborted first offset", _I64_RANGE)
     raise EncodeError("FetchResponse: a partition field cannot be encoded")  # not reached
+
+
+def _with_aborted(version, p, r, txns, length):
+    """One partition's fixed part with a non-empty aborted-transaction list (read_committed only)."""
+    if version >= 5:
+        out = _HEAD5(p.partition, r.error, r.high_watermark, r.last_stable_offset, r.log_start_offset)
+    else:
+        out = _HEAD4(p.partition, r.error, r.high_watermark, r.last_stable_offset)
+    out += _I32(len(txns)) + b"".join(_ABORTED(pid, first) for pid, first in txns)
+    return out + (_TAIL11(-1, length) if version >= 11 else _I32(length))
 
 
 def _topic_name(name):
@@ -179,7 +199,9 @@ def encode_fetch(version, topics, results, committed_only):
             records = r.records
             try:
                 length = 0 if records is None else records.length
-                if version >= 11:
+                if committed_only and r.aborted_transactions:
+                    buf += _with_aborted(version, p, r, r.aborted_transactions, length)
+                elif version >= 11:
                     buf += _PART11(p.partition, r.error, r.high_watermark, r.last_stable_offset,
                                    r.log_start_offset, aborted, -1, length)
                 elif version >= 5:

@@ -27,4 +27,14 @@ from pybroker.api import (alter_user_scram_credentials, describe_user_scram_cred
                           sasl_authenticate, sasl_handshake)
 
 MODULES += (sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials)
+from pybroker.api import (add_offsets_to_txn, add_partitions_to_txn, describe_transactions,  # noqa: E402
+                          end_txn, list_transactions)  # (transactions: pybroker/transaction)
+
+MODULES += (add_partitions_to_txn, add_offsets_to_txn, end_txn, describe_transactions, list_transactions)
+from pybroker.api import txn_offset_commit  # noqa: E402  (transactional offset commits: pybroker/coordinator)
+
+MODULES += (txn_offset_commit,)
+from pybroker.api import write_txn_markers  # noqa: E402  (transaction markers: pybroker/replica)
+
+MODULES += (write_txn_markers,)
 TABLE = {m.API_KEY: m for m in MODULES}

@@ -40,7 +40,7 @@ def _partition(broker, topic: str, index: int):
     producers = [Response.ProducerState(
         producer_id=pid, producer_epoch=entry.epoch,
         last_sequence=entry.batches[-1][1] if entry.batches else -1, last_timestamp=entry.last_timestamp,
-        coordinator_epoch=-1, current_txn_start_offset=-1)
+        coordinator_epoch=entry.coordinator_epoch, current_txn_start_offset=entry.txn_first_offset)
         for pid, entry in sorted(p.producers.producers.items())]
     return Response.PartitionResponse(partition_index=index, error_code=0, error_message=None,
                                       active_producers=producers)

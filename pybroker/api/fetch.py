@@ -1,7 +1,8 @@
 """Fetch: long-poll reads answered as header bytes plus file slices (no copy of record data).
 
 Sessions are not kept (session id 0: every request is a full fetch), which every client
-accepts. The response (v4-v11, non-flexible) is encoded here by hand so that each
+accepts. read_committed (isolation level 1) reads up to the last stable offset and lists the aborted
+transactions overlapping what it returns; read_uncommitted sends a null list. The response (v4-v11, non-flexible) is encoded here by hand so that each
 partition's records field can be a file slice sent with sendfile.
 """
 import struct
@@ -74,7 +75,13 @@ def encode(version: int, topics, results, committed_only: bool) -> Parts:
             buf += _PARTITION_HEAD.pack(p.partition, r.error, r.high_watermark, r.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(r.log_start_offset)
-            buf += _I32.pack(0 if committed_only else -1)  # aborted transactions: none / null
+            if committed_only:  # read_committed: the aborted transactions in the records (maybe none)
+                txns = r.aborted_transactions or ()
+                buf += _I32.pack(len(txns))
+                for pid, first in txns:
+                    buf += _I64.pack(pid) + _I64.pack(first)
+            else:
+                buf += _I32.pack(-1)  # read_uncommitted: null
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica
             if r.records is None:

@@ -1,4 +1,5 @@
-"""FindCoordinator: a group's coordinator is the leader of its ``__consumer_offsets`` partition."""
+"""FindCoordinator: a group's coordinator is the leader of its ``__consumer_offsets`` partition, a
+transactional id's (key type 1) the leader of its ``__transaction_state`` partition."""
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -24,15 +25,18 @@ async def handle(ctx, request):
         error, message = COORDINATOR_NOT_AVAILABLE, "the group coordinator is not ready"
     if error:
         return _error(error, message)
+    # Kafka creates __consumer_offsets / __transaction_state when a group / transactional id first asks
+    store = broker.transactions.state_log if ctx.version >= 1 and request.key_type == 1 else broker.offsets
+    topic = "__transaction_state" if store is not broker.offsets else "__consumer_offsets"
     try:
-        await broker.offsets.ensure_topic()  # Kafka creates __consumer_offsets when a group first asks
+        await store.ensure_topic()
     except BrokerError as exc:
-        return _error(COORDINATOR_NOT_AVAILABLE, f"cannot create __consumer_offsets: {exc}")
-    index = broker.offsets.partition_for(request.key)
-    leader = broker.metadata.leader_endpoint("__consumer_offsets", index)
+        return _error(COORDINATOR_NOT_AVAILABLE, f"cannot create {topic}: {exc}")
+    index = store.partition_for(request.key)
+    leader = broker.metadata.leader_endpoint(topic, index)
     address = leader.address(ctx.connection.server.listener_name) if leader is not None else None
     if address is None:
-        return _error(COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{index} has no leader")
+        return _error(COORDINATOR_NOT_AVAILABLE, f"{topic}-{index} has no leader")
     return Response(throttle_time_ms=0, error_code=0, error_message=None, node_id=leader.id,
                     host=address[0], port=address[1])
 

@@ -1,12 +1,19 @@
-"""InitProducerId: a new producer id (epoch 0) for an idempotent producer."""
+"""InitProducerId: a new producer id (epoch 0) for an idempotent producer; for a transactional one,
+the transaction coordinator's producer id and epoch (pybroker/transaction/coordinator.py).
+
+Versions: v3 adds the producer id/epoch a producer resumes with (KIP-360; both or neither set, else
+INVALID_REQUEST), v4 knows PRODUCER_FENCED (older versions get INVALID_PRODUCER_EPOCH instead), v5
+knows TRANSACTION_ABORTABLE (which this coordinator never answers here).
+"""
 from pybroker.asyncutil import settle
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 22
 MIN_VERSION = 0
-MAX_VERSION = 1
+MAX_VERSION = 5
 INVALID_REQUEST = 42
+INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
 
 CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
 
@@ -33,8 +40,29 @@ async def handle(ctx, request):
     if authz is not None and not _authorized(ctx, authz, request):
         error = CLUSTER_AUTHORIZATION_FAILED if request.transactional_id is None \
             else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        return Response(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
-    if request.transactional_id is not None:  # transactions are not supported
-        return Response(throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        return _error(error)
+    if request.transactional_id is not None:
+        return await _transactional(ctx, request)
     return Response(throttle_time_ms=0, error_code=0, producer_id=await settle(ctx.broker.producer_ids.allocate()),
                     producer_epoch=0)
+
+
+async def _transactional(ctx, request):
+    expected = None
+    if ctx.version >= 3:
+        pid, epoch = request.producer_id, request.producer_epoch
+        if (pid == -1) != (epoch == -1):
+            return _error(INVALID_REQUEST)
+        if pid != -1:
+            expected = (pid, epoch)
+    error, pid, epoch = await ctx.broker.transactions.init_producer_id(
+        request.transactional_id, request.transaction_timeout_ms, expected)
+    if error == PRODUCER_FENCED and ctx.version < 4:
+        error = INVALID_PRODUCER_EPOCH
+    if error:
+        return _error(error)
+    return Response(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)
+
+
+def _error(code: int):
+    return Response(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)

@@ -1,9 +1,19 @@
-"""Produce: validate each partition's batches and append them; acks 0 (no reply), 1 and -1."""
+"""Produce: validate each partition's batches and append them; acks 0 (no reply), 1 and -1.
+
+Transactional batches (attribute 0x10) need the request's transactional_id (else their partition
+gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kafka fails the whole request, but finding them there
+would cost every plain produce a look at each batch) and one producer id across the request (else
+INVALID_PRODUCER_ID_MAPPING). When this broker runs a transaction coordinator (and
+``transaction.partition.verification.enable``), a partition where the producer has no open
+transaction is first verified with it (KIP-890 part 1) and appended only if it
+is in the transaction, under a guard that a marker written meanwhile voids.
+"""
 import asyncio
 import struct
 
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
 from pybroker.protocol.messages import RESPONSES
+from pybroker.replica.partition import NO_TRANSACTIONAL_ID
 from pybroker.security import acl as A
 
 API_KEY = 0
@@ -20,6 +30,16 @@ INVALID_REQUEST = 42
 KAFKA_STORAGE_ERROR = 56
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TXN_STATE = 48
+NOT_ENOUGH_REPLICAS = 19
+TRANSACTIONAL = 0x10
+_PRODUCER = struct.Struct(">qhi")  # producer id @43, producer epoch @51, base sequence @53
+# coordinator errors a producer might not retry: answered as NOT_ENOUGH_REPLICAS, which it does (as Kafka)
+_RETRIABLE_VERIFY_ERRORS = {13, 14, 15, 16, 51}
+# what Kafka's verification answers a producer with instead: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH,
+# TRANSACTION_ABORTABLE -> INVALID_TXN_STATE (what pre-KIP-890-part-2 clients understand)
+_VERIFY_ERROR_FOR_PRODUCER = {90: 47, 120: INVALID_TXN_STATE}
 ZSTD, FIRST_ZSTD_VERSION = 4, 7
 _HEAD = struct.Struct(">qi")  # base offset, batch length
 _I32 = struct.Struct(">i")
@@ -42,8 +62,6 @@ def handle(ctx, request):
         error = UNSUPPORTED_VERSION
     elif acks not in (0, 1, -1):
         error = INVALID_REQUIRED_ACKS
-    elif request.transactional_id is not None:
-        error = INVALID_REQUEST  # transactions are not supported
     outcomes = {}
     appended = {}
     authz = ctx.broker.authorizer
@@ -64,12 +82,19 @@ def handle(ctx, request):
                     outcomes[key] = refusal
                 else:
                     entries[key] = records
-        appended = ctx.broker.replicas.append(acks, entries)
+        if request.transactional_id is not None:
+            return _append_transactional(ctx, request, topics, entries, outcomes)
+        appended = ctx.broker.replicas.append(acks, entries, NO_TRANSACTIONAL_ID)
         for key, outcome in appended.items():
             outcomes[key] = (outcome.error, outcome.result, outcome.message)
+    return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, error)
+
+
+def _finish(ctx, request, topics, entries, appended, outcomes, error):
+    acks = request.acks
     metrics = getattr(ctx.broker, "metrics", None)
     if metrics is not None:  # pybroker/metrics: plain-int counts per topic, rendered on scrape
-        metrics.on_produce(topics, entries if appended else {}, outcomes, error)
+        metrics.on_produce(topics, entries, outcomes, error)
     if acks == 0:
         failed = sorted(f"{t}-{p}: error {o[0]}" for (t, p), o in outcomes.items() if o[0]) or (
             [f"error {error}"] if error else [])
@@ -81,6 +106,54 @@ def handle(ctx, request):
     if flushes or replication:  # flush.messages reached (the fsync runs off the loop) or acks=all waits for the HW
         return _respond_later(ctx, request.timeout_ms, topics, outcomes, error, flushes, replication)
     return _response(topics, outcomes, error)
+
+
+def _append_transactional(ctx, request, topics, entries, outcomes):
+    """A request with a transactional_id: one producer for its transactional batches, verified with
+    the coordinator when this broker has one."""
+    keys = [key for key, records in entries.items() if records[22] & TRANSACTIONAL]  # a whole header is there
+    if len({_PRODUCER.unpack_from(entries[key], 43)[:2] for key in keys}) > 1:
+        outcomes.clear()  # one transaction, one producer: the whole request is refused
+        return _finish(ctx, request, topics, {}, {}, outcomes, INVALID_PRODUCER_ID_MAPPING)
+    if keys and getattr(ctx.broker, "transactions", None) is not None \
+            and getattr(ctx.broker.config, "transaction_partition_verification_enable", True):
+        return _verify_then_append(ctx, request, topics, entries, keys, outcomes)
+    appended = ctx.broker.replicas.append(request.acks, entries, verification={})
+    for key, outcome in appended.items():
+        outcomes[key] = (outcome.error, outcome.result, outcome.message)
+    return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, 0)
+
+
+async def _verify_then_append(ctx, request, topics, entries, keys, outcomes):
+    """KIP-890: ask the transaction coordinator about the partitions that would open a transaction."""
+    pid, epoch, _ = _PRODUCER.unpack_from(entries[keys[0]], 43)
+    replicas = ctx.broker.replicas
+    guards, ask = replicas.start_verification(keys, pid)
+    if ask:
+        try:
+            errors = await ctx.broker.transactions.verify(request.transactional_id, pid, epoch, ask)
+        except Exception as exc:  # the coordinator cannot be reached: the producer retries
+            errors = {key: NOT_ENOUGH_REPLICAS for key in ask}
+            message = f"unable to verify the partition is in the transaction: {exc}"
+        else:
+            message = None
+        for key in ask:
+            code = errors.get(key, INVALID_TXN_STATE)
+            code = _VERIFY_ERROR_FOR_PRODUCER.get(code, code)
+            if code:
+                if code == INVALID_TXN_STATE:
+                    text = "the partition was not added to the transaction"
+                elif code in _RETRIABLE_VERIFY_ERRORS:
+                    code, text = NOT_ENOUGH_REPLICAS, message or f"unable to verify the partition (error {code})"
+                else:
+                    text = message
+                outcomes[key] = (code, None, text)
+                del entries[key]
+    appended = replicas.append(request.acks, entries, verification=guards)
+    for key, outcome in appended.items():
+        outcomes[key] = (outcome.error, outcome.result, outcome.message)
+    response = _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, 0)
+    return await response if asyncio.iscoroutine(response) else response
 
 
 async def _respond_later(ctx, timeout_ms, topics, outcomes, error, flushes, replication):

@@ -51,6 +51,7 @@ _EXPORTS = {
     "Producer": ".producer", "AsyncProducer": ".producer",
     "Consumer": ".consumer", "AsyncConsumer": ".consumer",
     "TopicPartition": ".types", "OffsetAndMetadata": ".types", "RecordMetadata": ".types",
+    "ConsumerGroupMetadata": ".types", "TransactionError": ".errors",
     "NewTopic": ".types", "ConfigResource": ".types", "OffsetSpec": ".types",
     "ListOffsetsResult": ".types", "ClusterMetadata": ".types", "TopicMetadata": ".types",
     "PartitionMetadata": ".types", "BrokerMetadata": ".types", "GroupDescription": ".types",

@@ -97,6 +97,8 @@ class RecordAccumulator:
         self.producer_epoch = -1
         self.states: dict = {}
         self.flushing = 0  # flushes (and close) in progress: linger is skipped
+        self.txn_gate = None  # a transactional producer's TransactionManager: which partitions may send
+        self.transactional = False  # batches carry the transactional attribute
         self._rotate = 0
 
     def state(self, tp) -> PartitionState:
@@ -124,6 +126,8 @@ class RecordAccumulator:
                     ready.append(tp)
             elif st.staged is not None and tp not in seen:
                 ready.append(tp)
+        if self.txn_gate is not None:  # only partitions already in the transaction
+            ready = self.txn_gate.admit(ready)
         return ready, next_ms
 
     def drain(self, node_id: int, leader_of, now_ms: int, conn=None):
@@ -194,7 +198,8 @@ class RecordAccumulator:
         if self.idempotent:
             b.base_sequence = st.next_seq
             st.next_seq = next_sequence(st.next_seq, b.count)
-            b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, b.base_sequence)
+            b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, b.base_sequence,
+                                     self.transactional)
         else:
             b.data = b.builder.build(self.codec)
             b.builder = None  # never rebuilt without sequence numbers
@@ -212,7 +217,7 @@ class RecordAccumulator:
         for b in waiting:
             if b.base_sequence != seq:
                 b.base_sequence = seq
-                b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, seq)
+                b.data = b.builder.build(self.codec, self.producer_id, self.producer_epoch, seq, self.transactional)
             seq = next_sequence(seq, b.count)
         st.next_seq = seq
         st.gap = False

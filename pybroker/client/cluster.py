@@ -269,11 +269,12 @@ class Cluster:
 
     async def call(self, node_id, obj, lo: int, hi: int, retries: int | None = None, *,
                    timeout_s: float | None = None, check=None, group_id: str | None = None,
-                   refresh_metadata: bool = True):
+                   refresh_metadata: bool = True, coordinator_key: int = GROUP_KEY):
         """Send ``obj`` (at the highest version in lo..hi the broker supports) and return the body.
 
         ``node_id``: a broker id, None (any broker) or CONTROLLER; with ``group_id`` the request
-        goes to that group's coordinator instead. ``check(body)`` returns the error code (or
+        goes to the coordinator of that key instead (a group's, or with ``coordinator_key``
+        TRANSACTION_KEY a transactional id's). ``check(body)`` returns the error code (or
         ``(code, message)``) that decides success; by default the body's top-level
         ``error_code``. A non-zero code raises its KafkaError; retriable errors are retried
         (``retries``, default the ``retries`` setting) until ``timeout_s`` (default
@@ -288,7 +289,7 @@ class Cluster:
         while True:
             try:
                 if group_id is not None:
-                    conn = await self.coordinator(group_id)
+                    conn = await self.coordinator(group_id, coordinator_key)
                 elif node_id is None:
                     conn = await self.any_connection()
                 elif node_id == CONTROLLER:
@@ -315,7 +316,7 @@ class Cluster:
                 if isinstance(exc, KafkaConnectionError) or exc.code in INVALID_METADATA_CODES:
                     self._need_update = True
                 if group_id is not None and (exc.code in COORDINATOR_CODES or isinstance(exc, KafkaConnectionError)):
-                    self.forget_coordinator(group_id)
+                    self.forget_coordinator(group_id, coordinator_key)
                 delay = backoff_s(attempt, self.config["retry.backoff.ms"], self.config["retry.backoff.max.ms"])
                 await asyncio.sleep(max(0.0, min(delay, deadline - now)))
                 attempt += 1

@@ -10,6 +10,11 @@ Rebalance callbacks ``on_assign(consumer, partitions)``, ``on_revoke(consumer, p
 ``on_lost(consumer, partitions)`` (default: ``on_revoke``) run inside ``poll`` on the calling
 thread, as Java's ConsumerRebalanceListener; for the asyncio consumer they may be coroutines.
 
+``isolation.level`` is ``read_uncommitted`` by default (as Kafka's Java consumer; confluent-kafka
+defaults to ``read_committed``). With ``read_committed`` fetches stop at the last stable offset and
+records of aborted transactions are dropped while decoding; transaction markers never surface at
+either level. ``consumer_group_metadata()`` is what ``Producer.send_offsets_to_transaction`` takes.
+
 Like Kafka's consumer, one consumer is used from one thread (or one task) at a time.
 
 Example::
@@ -34,7 +39,7 @@ from pybroker.client.errors import ConfigError, KafkaError, KafkaTimeoutError
 from pybroker.client.fetcher import Fetcher
 from pybroker.client.group import GroupMembership, compile_pattern
 from pybroker.client.runner import LoopThread
-from pybroker.client.types import EARLIEST, LATEST, OffsetAndMetadata, TopicPartition
+from pybroker.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
 
@@ -42,7 +47,7 @@ log = logging.getLogger(__name__)
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 OFFSET_COMMIT_RANGE = (2, 7)
-OFFSET_FETCH_RANGE = (1, 5)
+OFFSET_FETCH_RANGE = (1, 7)  # v7 carries require_stable: pending transactional offsets are waited for
 UNLIMITED = INT_MAX
 RAW_POLL_BYTES = 64 << 20  # poll_raw: about this many fetched bytes per call
 CLOSE_TIMEOUT_MS = 30000  # Java's KafkaConsumer.close() default
@@ -542,6 +547,14 @@ class AsyncConsumer:
             raise
         return dict(offsets)
 
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group membership to pass to ``Producer.send_offsets_to_transaction``."""
+        if self.group_id is None:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "consumer_group_metadata needs group.id", retriable=False)
+        generation, member_id, instance_id = (self._group.generation_info() if self._group is not None
+                                              else (-1, "", self.config["group.instance.id"]))
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, instance_id)
+
     async def committed(self, partitions, timeout_ms: int | None = None) -> dict:
         """{tp: OffsetAndMetadata or None} of the group's committed offsets."""
         self._check_open()
@@ -695,6 +708,10 @@ class Consumer:
             fut.add_done_callback(_log_failed_future)
             return fut
         return self._run(commit())
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group membership to pass to ``Producer.send_offsets_to_transaction``."""
+        return self._call(self._async.consumer_group_metadata)
 
     def committed(self, partitions, timeout_ms: int | None = None) -> dict:
         return self._run(self._async.committed(list(partitions), timeout_ms))

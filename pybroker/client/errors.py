@@ -45,7 +45,10 @@ def error_name(code: int) -> str:
 
 
 class KafkaError(Exception):
-    """An error with a Kafka error code: ``code``, ``name``, ``message``, ``retriable``."""
+    """An error with a Kafka error code: ``code``, ``name``, ``message``, ``retriable``, and the
+    transactional producer's flags ``fatal`` and ``txn_requires_abort`` (False unless set)."""
+    fatal = False
+    txn_requires_abort = False
 
     def __init__(self, code: int, message: str | None = None, *, retriable: bool | None = None,
                  name: str | None = None):
@@ -68,6 +71,28 @@ def _rebuild(cls, code, message, retriable, name):
     err = KafkaError.__new__(cls)
     KafkaError.__init__(err, code, message, retriable=retriable, name=name)
     return err
+
+
+class TransactionError(KafkaError):
+    """A transactional producer's error, flagged as confluent-kafka flags it: ``fatal`` (the
+    producer must be closed, e.g. PRODUCER_FENCED), ``txn_requires_abort`` (abort the transaction,
+    then carry on) or ``retriable`` (call the same method again)."""
+
+    def __init__(self, code: int, message: str | None = None, *, fatal: bool = False,
+                 txn_requires_abort: bool = False, **kw):
+        kw.setdefault("retriable", False)
+        super().__init__(code, message, **kw)
+        self.fatal = fatal
+        self.txn_requires_abort = txn_requires_abort
+
+    def __reduce__(self):
+        return (_rebuild_txn, (self.code, self.message, self.retriable, self.name, self.fatal,
+                               self.txn_requires_abort))
+
+
+def _rebuild_txn(code, message, retriable, name, fatal, txn_requires_abort):
+    return TransactionError(code, message, retriable=retriable, name=name, fatal=fatal,
+                            txn_requires_abort=txn_requires_abort)
 
 
 class KafkaConnectionError(KafkaError):

@@ -8,7 +8,8 @@ retries > 0: when left at its default and another setting conflicts, it is turne
 explicitly the conflict is a ConfigError), ``max.in.flight.requests.per.connection`` (5),
 ``buffer.memory`` (32 MiB), ``max.block.ms`` (60000), ``delivery.timeout.ms`` (120000),
 ``max.request.size`` (1048576), ``partitioner`` (see ``partitioner.py``),
-``partitioner.ignore.keys`` (false), ``allow.auto.create.topics`` (true), plus the common client
+``partitioner.ignore.keys`` (false), ``allow.auto.create.topics`` (true), ``transactional.id``
+(none; implies enable.idempotence), ``transaction.timeout.ms`` (60000), plus the common client
 settings (``bootstrap.servers``, ``client.id``, ``retries``, ``retry.backoff.ms``,
 ``request.timeout.ms``, ``metadata.max.age.ms``...).
 
@@ -52,6 +53,10 @@ murmur2 in a native loop, then grouped per partition with Arrow/NumPy (``take`` 
 or, for lists, in a native loop. ``headers`` (one list for every record) and ``timestamp`` (one
 value, default now) apply to all records.
 
+Transactions (``transactional.id``): ``init_transactions``, ``begin_transaction``,
+``send_offsets_to_transaction``, ``commit_transaction``, ``abort_transaction``, as in
+confluent-kafka; see ``producer_transactions.py``.
+
 Idempotence (default): the producer gets a producer id (InitProducerId) and numbers each
 partition's batches; a retried batch is resent unchanged, so the broker drops duplicates. A
 partition whose sequence can no longer be continued (OUT_OF_ORDER_SEQUENCE_NUMBER for the
@@ -72,6 +77,7 @@ from pybroker.client.producer_config import parse_config  # noqa: F401 (part of 
 from pybroker.client.producer_delivery import call_logged, settle_future
 from pybroker.client.producer_engine import ProducerEngine, fast_module, wait_event
 from pybroker.client.producer_input import buffer_full_error, closed_error
+from pybroker.client.producer_transactions import AsyncTransactions, SyncTransactions
 from pybroker.client.runner import LoopThread
 from pybroker.client.types import RecordMetadata
 
@@ -79,7 +85,7 @@ _fast_module = fast_module  # the native fast path or its pure twin (tests check
 BUSY_SLEEP_S = 0.0005
 
 
-class AsyncProducer:
+class AsyncProducer(AsyncTransactions):
     """The asyncio producer; see the module docstring for the API and settings."""
 
     def __init__(self, conf):
@@ -125,6 +131,8 @@ class AsyncProducer:
         """Queue one record; waits only while the buffer is full (at most max.block.ms)."""
         if not self._started:
             await self.start()
+        if self._engine.txn is not None:
+            self._engine.txn.check_produce()
         st = self._engine.appender.try_append(topic, value, key, partition, timestamp, headers, on_delivery)
         if st:
             await self._slow(st, topic, value, key, partition, timestamp, headers, on_delivery)
@@ -136,6 +144,8 @@ class AsyncProducer:
         """Queue one record and return its RecordMetadata once delivered (raises its error)."""
         if not self._started:
             await self.start()
+        if self._engine.txn is not None:
+            self._engine.txn.check_produce()
         fut = self._engine.loop.create_future()
         st = self._engine.appender.try_append(topic, value, key, partition, timestamp, headers, fut)
         if st:
@@ -176,6 +186,8 @@ class AsyncProducer:
         if not self._started:
             await self.start()
         eng = self._engine
+        if eng.txn is not None:
+            eng.txn.check_produce()
         fut = eng.loop.create_future()
         job = BulkJob(eng, topic, values, keys, partition, timestamp, headers, functools.partial(settle_future, fut))
         if job.count == 0:
@@ -230,7 +242,8 @@ class AsyncProducer:
         if not self._started:
             await self._engine.cluster.close()
             return
-        left = await self.flush(timeout)
+        sendable = await self._abort_before_close()
+        left = await self.flush(timeout) if sendable else len(self)
         await self._engine.close(abort=left > 0)
 
     async def partitions_for(self, topic: str) -> list:
@@ -245,7 +258,7 @@ class AsyncProducer:
         return self._engine.appender.pending
 
 
-class Producer:
+class Producer(SyncTransactions):
     """The blocking producer; see the module docstring. Starts itself; ``close()`` (or ``with``)
     stops it. ``produce`` is the native per-record path."""
 
@@ -272,6 +285,8 @@ class Producer:
             self._thread.stop()
             raise
         self.produce = eng.appender.produce  # the native fast path, bound directly
+        if eng.txn is not None:  # records only inside a transaction
+            self.produce = self._txn_produce
 
     @property
     def config(self):
@@ -290,6 +305,8 @@ class Producer:
 
     def send(self, topic, value=None, key=None, partition=-1, timestamp=None, headers=None) -> concurrent.futures.Future:
         """Queue one record; a Future of its RecordMetadata."""
+        if self._engine.txn is not None:
+            self._engine.txn.check_produce()
         fut = concurrent.futures.Future()
         st = self._engine.appender.try_append(topic, value, key, partition, timestamp, headers, fut)
         if st:
@@ -345,6 +362,8 @@ class Producer:
         Blocks while the buffer is full; raises BufferFullError after max.block.ms without room."""
         self._check_open()
         eng = self._engine
+        if eng.txn is not None:
+            eng.txn.check_produce()
         fast = eng.fast
         fut = concurrent.futures.Future()
         job = BulkJob(eng, topic, values, keys, partition, timestamp, headers, functools.partial(settle_future, fut))
@@ -449,7 +468,8 @@ class Producer:
             return
         self._closed = True
         try:
-            left = self.flush(timeout) if self._thread.running else 0
+            sendable = self._abort_before_close()
+            left = (self.flush(timeout) if sendable else len(self)) if self._thread.running else 0
             if self._thread.running:
                 self._thread.run(self._engine.close(abort=left > 0), 30)
             self.poll(0)

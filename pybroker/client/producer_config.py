@@ -1,4 +1,5 @@
-"""The producer's settings: Kafka names, defaults and the idempotence consistency rules."""
+"""The producer's settings: Kafka names, defaults and the idempotence consistency rules
+(``transactional.id`` implies ``enable.idempotence``, whose conflicts are then errors)."""
 from pybroker.client import config as client_config
 from pybroker.client import partitioner as partitioners
 from pybroker.client.errors import ConfigError
@@ -32,6 +33,8 @@ PRODUCER_KEYS = {
     "partitioner": (partitioners.convert, partitioners.MURMUR2_RANDOM),
     "partitioner.ignore.keys": (bool, False),
     "allow.auto.create.topics": (bool, True),
+    "transactional.id": (str, None),
+    "transaction.timeout.ms": (int, 60000, 1),
 }
 
 
@@ -40,6 +43,12 @@ def parse_config(conf) -> tuple:
     cfg = client_config.parse(conf, "producer", PRODUCER_KEYS)
     explicit = isinstance(conf, dict) and "enable.idempotence" in conf
     idempotent = cfg["enable.idempotence"]
+    if cfg["transactional.id"] == "":
+        raise ConfigError("transactional.id must not be empty")
+    if cfg["transactional.id"] is not None:  # transactions are built on idempotence
+        if explicit and not idempotent:
+            raise ConfigError("transactional.id requires enable.idempotence=true")
+        idempotent = explicit = True
     if idempotent:
         conflicts = []
         if cfg["acks"] != -1:

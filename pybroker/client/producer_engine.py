@@ -18,6 +18,7 @@ from pybroker.client.producer_config import COMPRESSION, parse_config
 from pybroker.client.producer_delivery import deliver
 from pybroker.client.producer_input import closed_error, key_partition, normalize, record_size
 from pybroker.client.producer_sender import BrokerSender
+from pybroker.client.transactions import TransactionManager
 from pybroker.client.types import RecordMetadata
 from pybroker.protocol.errors import ErrorCode
 
@@ -70,6 +71,10 @@ class ProducerEngine:
                                      max_in_flight=self.max_in_flight, linger_ms=cfg["linger.ms"],
                                      max_request_size=cfg["max.request.size"])
         self.cluster = Cluster(cfg)
+        self.transactional_id = cfg["transactional.id"]
+        self.txn = TransactionManager(self) if self.transactional_id is not None else None
+        self.acc.txn_gate = self.txn
+        self.acc.transactional = self.txn is not None
         self.loop = None
         self.senders: dict = {}
         self.held: dict = {}  # topic -> [HeldRecord] (guarded by appender.lock)
@@ -107,13 +112,15 @@ class ProducerEngine:
 
     def _need_producer_id(self) -> None:
         """Ask for a producer id once records need one (no network before that)."""
-        if self.idempotent and not self.pid_ready.done() and not self.stopped and not any(
+        if self.idempotent and self.txn is None and not self.pid_ready.done() and not self.stopped and not any(
                 t.get_name() == "producer-init-id" for t in self.tasks):
             self.tasks.append(self.loop.create_task(self._init_producer_id(), name="producer-init-id"))
 
     def on_wake(self) -> None:
         """A batch was created or sealed (called on the loop)."""
         self.appender.wake_pending = False
+        if self.txn is not None:  # join the transaction while the batch lingers
+            self.txn.register(self.appender.scan(now_ms(), 0)[0])
         self._need_producer_id()
         if not self.senders:
             self.request_metadata()
@@ -142,12 +149,7 @@ class ProducerEngine:
             for b in self.acc.take_everything():
                 self.acc.dropped(b, False)
                 self.complete(b, err)
-            with self.appender.lock:
-                held, self.held = self.held, {}
-            for topic, records in held.items():
-                for h in records:
-                    self.appender.release(h.size, 1)
-                    self.report_one(h.target, err, topic, h.partition, h.timestamp)
+            self.fail_held(err)
         self.stopped = True
         for s in self.senders.values():
             s.stop()
@@ -162,6 +164,15 @@ class ProducerEngine:
                     self.acc.dropped(b, True)
                     self.complete(b, KafkaConnectionError("the producer was closed while the batch was in flight"))
         self._progress()
+
+    def fail_held(self, err) -> None:
+        """Fail every record still waiting for its topic's metadata."""
+        with self.appender.lock:
+            held, self.held = self.held, {}
+        for topic, records in held.items():
+            for h in records:
+                self.appender.release(h.size, 1)
+                self.report_one(h.target, err, topic, h.partition, h.timestamp)
 
     # ---- metadata -------------------------------------------------------------------------
 
@@ -491,6 +502,9 @@ class ProducerEngine:
         outcome leaves the partition's sequence unknowable."""
         unknowable = self.acc.dropped(b, maybe_written)
         self.complete(b, err)
+        if self.txn is not None:  # the transaction fails instead; aborting it restarts the sequences
+            self.txn.batch_failed(err, fatal or unknowable)
+            return
         if (fatal or unknowable) and b.tp not in self.failed_partitions:
             self.fail_partition(b.tp, err, unknowable)
 
@@ -530,6 +544,8 @@ class ProducerEngine:
     def report_one(self, target, err, topic, partition, timestamp) -> None:
         """Report the failure of a record that never reached a batch."""
         self.stats["record_errors"] += 1
+        if self.txn is not None and err.name != "PURGE_QUEUE":
+            self.txn.batch_failed(err, False)
         if target is None:
             log.debug("record for %s-%s failed: %s", topic, partition, err)
             return
@@ -542,6 +558,8 @@ class ProducerEngine:
         deliver(target, err, md, self.report_callback)
 
     def _progress(self) -> None:
+        if self.txn is not None:
+            self.txn.progress.set()
         if self.on_progress is not None:
             self.on_progress()
 
@@ -564,6 +582,7 @@ class ProducerEngine:
         out = dict(self.stats)
         out.update(buffered_bytes=self.appender.buffered, pending_records=self.appender.pending,
                    in_flight_batches=self.acc.in_flight(), producer_id=self.acc.producer_id,
+                   producer_epoch=self.acc.producer_epoch,
                    failed_partitions=sorted(self.failed_partitions))
         return out
 

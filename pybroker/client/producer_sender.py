@@ -112,7 +112,7 @@ class BrokerSender:
             topics.setdefault(b.topic, []).append(api.PartitionProduceData(index=b.partition, records=b.data))
             eng.acc.sent(b, conn)
             size += len(b.data)
-        req = api(transactional_id=None, acks=eng.acks, timeout_ms=eng.cfg["request.timeout.ms"],
+        req = api(transactional_id=eng.transactional_id, acks=eng.acks, timeout_ms=eng.cfg["request.timeout.ms"],
                   topic_data=[api.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()])
         eng.stats["requests"] += 1
         eng.stats["bytes_sent"] += size

@@ -37,6 +37,15 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int = -1
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's group membership, from ``Consumer.consumer_group_metadata()``, for
+    ``Producer.send_offsets_to_transaction`` (the group coordinator fences stale members with it)."""
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class RecordMetadata(NamedTuple):
     """Where a produced record was written; ``timestamp`` is -1 when the broker did not say."""
     topic: str

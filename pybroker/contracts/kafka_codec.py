@@ -16,8 +16,9 @@ contiguous one-dimensional buffer of 1-byte items (TypeError otherwise).
 ``encode_fetch`` writes a FetchResponse body, versions 4-11 (non-flexible), with each partition's
 records field left as the caller's slice object so it can be sent with sendfile: the result is
 a list alternating ``bytes`` and slice objects, starting with bytes, with one bytes part per run
-between slices. Session id 0, no aborted transactions (empty array when committed_only, else
-null), preferred read replica -1 (v11+). A field out of range for its wire type, a non-integer,
+between slices. Session id 0; aborted transactions: null unless committed_only, else the result's
+``aborted_transactions`` ((producer id, first offset) pairs; None or empty: an empty array);
+preferred read replica -1 (v11+). A field out of range for its wire type, a non-integer,
 a topic name that is not a str of at most 32767 UTF-8 bytes, an unsupported version or a
 results list whose length differs from the number of requested partitions raises
 ``EncodeError`` (a ValueError); both implementations give the same message.
@@ -61,5 +62,6 @@ class KafkaCodec(Protocol):
                      committed_only: bool) -> list:
         """FetchResponse v4-v11 body: ``topics`` have ``.topic`` and ``.partitions[i].partition``;
         ``results`` (flat, request order) have ``.error``, ``.high_watermark``,
-        ``.last_stable_offset``, ``.log_start_offset`` and ``.records`` (None or an object with
-        ``.length``, passed through untouched)."""
+        ``.last_stable_offset``, ``.log_start_offset``, ``.records`` (None or an object with
+        ``.length``, passed through untouched) and, read when ``committed_only``,
+        ``.aborted_transactions``."""

@@ -472,7 +472,18 @@ class GroupCoordinator:
             error = self._validate_commit(group_id, generation, member_id, group_instance_id)
         if error:
             return error, {(e.topic, e.partition): error for e in entries}
-        results, values, now = {}, {}, now_ms()
+        results, values = self._offset_values(entries, now_ms())
+        if values:
+            error = await self.store.commit(group_id, values)
+            if error:
+                results.update({tp: error for tp in values})
+            else:
+                self.ensure_group(group_id)
+        return NONE, results
+
+    def _offset_values(self, entries: list[CommitEntry], now: int):
+        """({(topic, partition): error} for entries refused, {(topic, partition): OffsetValue} to store)."""
+        results, values = {}, {}
         for e in entries:
             tp = (e.topic, e.partition)
             topic = self.topics.get(e.topic)
@@ -484,13 +495,7 @@ class GroupCoordinator:
                 values[tp] = records.OffsetValue(e.offset, e.leader_epoch, e.metadata or "", now,
                                                  e.expire_timestamp)
                 results[tp] = NONE
-        if values:
-            error = await self.store.commit(group_id, values)
-            if error:
-                results.update({tp: error for tp in values})
-            elif group_id not in self.groups:
-                self.groups[group_id] = Group(group_id)  # a simple (standalone) group: offsets only
-        return NONE, results
+        return results, values
 
     def _validate_commit(self, group_id, generation, member_id, group_instance_id) -> int:
         group = self.groups.get(group_id)
@@ -513,12 +518,60 @@ class GroupCoordinator:
         self._heartbeat(group, member)
         return NONE
 
-    def fetch_offsets(self, group_id, partitions=None):
-        """(error, {(topic, partition): OffsetValue}) for the asked partitions (None: all)."""
+    async def commit_transactional(self, group_id, transactional_id, producer_id, producer_epoch, generation,
+                                   member_id, group_instance_id, entries: list[CommitEntry]):
+        """TxnOffsetCommit: {(topic, partition): error}; the offsets stay pending until the marker."""
+        error = self.check_available(group_id)
+        group = self.groups.get(group_id)
+        if not error:  # Kafka adds an unknown group as Empty: it accepts commits without a generation
+            error = self._validate_txn_commit(group or Group(group_id), generation, member_id, group_instance_id)
+        if error:
+            return {(e.topic, e.partition): error for e in entries}
+        results, values = self._offset_values(entries, now_ms())
+        if values:
+            error = await self.store.commit_transactional(group_id, transactional_id, producer_id, producer_epoch,
+                                                          values)
+            results.update({tp: error for tp in values})
+            if not error:
+                self.ensure_group(group_id)
+        return results
+
+    def _validate_txn_commit(self, group, generation, member_id, group_instance_id) -> int:
+        """Kafka's transactional validateOffsetCommit: members are checked only when the request names one."""
+        if group.is_(DEAD):
+            return COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.is_(EMPTY):
+            return NONE
+        if generation < 0 and member_id == UNKNOWN_MEMBER and group_instance_id is None:
+            return NONE  # older TxnOffsetCommit versions carry no member
+        if group_instance_id is not None:
+            current = group.static.get(group_instance_id)
+            if current is None:
+                return UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return FENCED_INSTANCE_ID
+        elif member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        return ILLEGAL_GENERATION if generation != group.generation else NONE
+
+    def ensure_group(self, group_id) -> None:
+        """The group has offsets here (committed, or pending in a transaction): it exists, Empty at least."""
+        if group_id not in self.groups and self.store.owns(group_id):
+            self.groups[group_id] = Group(group_id)  # a simple (standalone) group: offsets only
+
+    def fetch_offsets(self, group_id, partitions=None, require_stable: bool = False):
+        """(error, {(topic, partition): OffsetValue}, unstable partitions) for the asked partitions (None:
+        all committed); with ``require_stable`` a partition with a commit under way is unstable instead."""
         error = self.check_available(group_id)
         if error:
-            return error, {}
-        return NONE, self.store.fetch(group_id, partitions)
+            return error, {}, set()
+        found = self.store.fetch(group_id, partitions)
+        unstable = set()
+        if require_stable:
+            unstable = {tp for tp in (found if partitions is None else partitions)
+                        if self.store.is_unstable(group_id, tp)}
+            found = {tp: v for tp, v in found.items() if tp not in unstable}
+        return NONE, found, unstable
 
     # ---- admin ----------------------------------------------------------------------------
 

@@ -7,7 +7,14 @@ the append succeeded. A null value (tombstone) deletes an offset. The topic is c
 use, as Kafka does; at start every partition is read from its log start and replayed, last record
 wins. The topic is compacted, as in Kafka: the log cleaner keeps the latest commit per key, and
 the tombstones of deleted or expired offsets remove them from disk once delete.retention.ms passed.
+
+Transactional commits (TxnOffsetCommit) go in as a transactional batch of the producer and stay
+pending (txn_offsets.py) until the producer's COMMIT marker on the same partition makes them
+committed, unless a commit appended later in the log already replaced them; ABORT drops them.
+Markers arrive through the replica manager's marker listeners; a replay does the same from the
+control batches it reads, and what is still pending at the log end stays pending.
 """
+import asyncio
 import logging
 import struct
 
@@ -16,7 +23,9 @@ from pybroker.coordinator.group import now_ms
 from pybroker.controller.metadata_store import TopicExistsError
 from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
-from pybroker.records import Record, build_batch, decode_records
+from pybroker.coordinator.txn_offsets import CoordinatorSequences, PendingOffset, PendingTxnOffsets
+from pybroker.records import (CONTROL, HEADER, TRANSACTIONAL, Record, build_batch, decode_control_record,
+                              decode_records)
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +34,18 @@ TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}  # K
 READ_CHUNK = 1 << 20
 OFFSET_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms
 NOT_COORDINATOR = 16
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TXN_STATE = 48
+TRANSACTION_ABORTABLE = 120
+NETWORK_EXCEPTION = 13
+MARKER_REPLICATION_WAITS = 12  # rounds of OFFSET_COMMIT_TIMEOUT_MS before a marker's offsets apply anyway
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+# Kafka's maybeConvertOffsetCommitError: append errors as a group coordinator's client understands them
+_COMMIT_ERRORS = {13: 14, 3: 15, 19: 15, 20: 15, 6: 16, 56: 16, 10: 28, 18: 28, 4: 28}
+
+
+def commit_error(code: int) -> int:
+    return _COMMIT_ERRORS.get(code, code)
 
 
 class OffsetStore:
@@ -41,7 +61,16 @@ class OffsetStore:
         self.coordinator = None  # told when partitions load and unload
         self.partitions = config.offsets_topic_num_partitions
         self.offsets: dict[str, dict[tuple[str, int], records.OffsetValue]] = {}
+        self.positions: dict[str, dict[tuple[str, int], int]] = {}  # log offset of each committed value's batch
         self.owned: set[int] = set()
+        self.loads: dict[int, int] = {}  # partition -> load count: completions started before a reload stop
+        self.pending = PendingTxnOffsets()
+        self.sequences = CoordinatorSequences()
+        self.in_flight: dict[tuple[str, tuple[str, int]], int] = {}  # plain commits not replicated yet
+        self._completions: set = set()  # tasks waiting for a marker's replication
+        listeners = getattr(broker.replicas, "marker_listeners", None)
+        if listeners is not None:
+            listeners.append(self.on_marker)
 
     @property
     def controller(self):
@@ -61,6 +90,7 @@ class OffsetStore:
         if record is not None and record.partitions:
             self._use(record)
         self._unload(index)
+        self.loads[index] = self.loads.get(index, 0) + 1
         if is_leader:
             count = self._load_partition(index)
             self.owned.add(index)
@@ -72,6 +102,10 @@ class OffsetStore:
         self.owned.discard(index)
         for group in [g for g in self.offsets if self.partition_for(g) == index]:
             del self.offsets[group]
+            self.positions.pop(group, None)
+        self.pending.forget_groups([g for g in self.pending.groups() + list(self.pending.completing)
+                                    if self.partition_for(g) == index])
+        self.sequences.forget(index)
 
     def owns(self, group: str) -> bool:
         return self.partition_for(group) in self.owned
@@ -108,35 +142,123 @@ class OffsetStore:
                 _, length = _BATCH_HEAD.unpack_from(data, pos)
                 if pos + 12 + length > len(data):
                     break  # a partial batch at the chunk's end: the next read starts at it
-                for rec in decode_records(memoryview(data)[pos:pos + 12 + length]):
-                    if rec.offset >= offset:
-                        count += 1
-                        self._replay(rec.key, rec.value, index, rec.offset)
+                count += self._replay_batch(memoryview(data)[pos:pos + 12 + length], index, offset)
                 offset = max(offset, decode_last_offset(data, pos) + 1)
                 pos += 12 + length
             if pos == 0:
                 break  # not even one whole batch: never spin
         return count
 
-    def _replay(self, key, value, index: int, offset: int) -> None:
+    def _replay_batch(self, batch, index: int, first: int) -> int:
+        """Replay one batch's records at or after offset ``first``; how many records that was."""
+        head = HEADER.unpack_from(batch, 0)
+        base, attributes, producer_id, epoch, sequence = head[0], head[5], head[9], head[10], head[11]
+        if attributes & CONTROL:
+            if base >= first:
+                self._replay_marker(batch, index, producer_id, base)
+            return 0
+        txn_producer = producer_id if attributes & TRANSACTIONAL else None
+        if txn_producer is not None:
+            self.sequences.appended(index, producer_id, epoch, sequence, head[6] + 1)
+        count = 0
+        for rec in decode_records(batch):
+            if rec.offset >= first:
+                count += 1
+                self._replay(rec.key, rec.value, index, rec.offset, base, txn_producer)
+        return count
+
+    def _replay_marker(self, batch, index: int, producer_id: int, offset: int) -> None:
+        try:
+            marker = decode_control_record(batch)
+        except ValueError as exc:
+            log.warning("skipping an unreadable control batch at %s-%d offset %d: %s", TOPIC, index, offset, exc)
+            return
+        if marker is None:
+            return  # emptied by the cleaner: its transaction's records are gone too
+        taken = self.pending.take(producer_id, self._groups_of(producer_id, index), offset)
+        self._settle(taken, marker.commit)  # as Kafka: anything but COMMIT drops them
+
+    def _replay(self, key, value, index: int, offset: int, batch_offset: int, txn_producer) -> None:
         try:
             k = records.decode_key(key)
             if not isinstance(k, records.OffsetKey):
                 return  # group metadata and newer record types: not used here
-            if value is None:
-                self._forget(k.group, (k.topic, k.partition))
+            tp = (k.topic, k.partition)
+            if txn_producer is not None:  # pending until the producer's marker
+                if value is None:
+                    self.pending.remove(k.group, txn_producer, tp)
+                else:
+                    self.pending.put(k.group, txn_producer, tp,
+                                     PendingOffset(batch_offset, records.decode_offset_commit_value(value)))
+            elif value is None:
+                self._forget(k.group, tp)
             else:
-                self.offsets.setdefault(k.group, {})[(k.topic, k.partition)] = \
-                    records.decode_offset_commit_value(value)
+                self._put(k.group, tp, records.decode_offset_commit_value(value), batch_offset)
         except ValueError as exc:
             log.warning("skipping an unreadable record at %s-%d offset %d: %s", TOPIC, index, offset, exc)
+
+    def _put(self, group: str, tp, value, log_offset: int) -> None:
+        """Make ``value`` the committed offset unless one appended later in the log is already there."""
+        known = self.positions.get(group, {}).get(tp)
+        if known is not None and known > log_offset:
+            return
+        self.offsets.setdefault(group, {})[tp] = value
+        self.positions.setdefault(group, {})[tp] = log_offset
 
     def _forget(self, group: str, tp) -> None:
         offsets = self.offsets.get(group)
         if offsets is not None:
             offsets.pop(tp, None)
+            self.positions.get(group, {}).pop(tp, None)
             if not offsets:
                 del self.offsets[group]
+                self.positions.pop(group, None)
+
+    # ---- transaction markers --------------------------------------------------------------
+
+    def _groups_of(self, producer_id: int, index: int) -> list[str]:
+        return [g for g in self.pending.groups_of_producer(producer_id) if self.partition_for(g) == index]
+
+    def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool, marker_offset: int) -> None:
+        """A COMMIT/ABORT marker was appended here as leader: settle what the producer appended before it,
+        once the marker is replicated (as Kafka completes offsets after WriteTxnMarkers' append)."""
+        if topic != TOPIC or partition not in self.owned:
+            return
+        taken = self.pending.take(producer_id, self._groups_of(producer_id, partition), marker_offset)
+        if not taken:
+            return
+        p = self.replicas.get(TOPIC, partition)
+        if p is None or p.high_watermark > marker_offset:
+            self._settle(taken, commit)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._settle_when_replicated(partition, taken, commit, marker_offset))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _settle_when_replicated(self, index: int, taken, commit: bool, marker_offset: int) -> None:
+        load, key = self.loads.get(index), (TOPIC, index)
+        for _ in range(MARKER_REPLICATION_WAITS):
+            error = (await self.replicas.wait_for_acks({key: marker_offset + 1}, OFFSET_COMMIT_TIMEOUT_MS))[key]
+            if self.loads.get(index) != load:
+                return  # unloaded or reloaded meanwhile: the log replay settles them
+            if error == NOT_LEADER_OR_FOLLOWER:
+                return  # the next leader replays the marker
+            if not error:
+                break
+        else:
+            log.warning("marker at %s-%d offset %d is not replicated yet: settling its offsets anyway",
+                        TOPIC, index, marker_offset)
+        self._settle(taken, commit)
+
+    def _settle(self, taken, commit: bool) -> None:
+        """Apply (COMMIT) or drop (ABORT) entries a marker took from the pending ones."""
+        if commit:
+            for group, tp, entry in taken:
+                self._put(group, tp, entry.value, entry.log_offset)
+                if self.coordinator is not None:
+                    self.coordinator.ensure_group(group)
+        self.pending.done(taken)
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -144,10 +266,11 @@ class OffsetStore:
         return records.offsets_partition(group, self.partitions)
 
     def has_offsets(self, group: str) -> bool:
-        return bool(self.offsets.get(group))
+        """Committed offsets, or transactional ones still waiting for their marker (Kafka's hasOffsets)."""
+        return bool(self.offsets.get(group)) or self.pending.has_group(group)
 
     def groups(self) -> list[str]:
-        return list(self.offsets)
+        return list(dict.fromkeys([*self.offsets, *self.pending.groups()]))
 
     def fetch(self, group: str, partitions=None) -> dict:
         """(topic, partition) -> OffsetValue for the asked partitions (None: all) that have one."""
@@ -156,20 +279,103 @@ class OffsetStore:
             return dict(offsets)
         return {tp: offsets[tp] for tp in partitions if tp in offsets}
 
+    def is_unstable(self, group: str, tp) -> bool:
+        """A commit of ``tp`` is under way: a transaction not settled yet, or a commit not replicated yet."""
+        return self.pending.is_unstable(group, tp) or (group, tp) in self.in_flight
+
     # ---- writes ---------------------------------------------------------------------------
 
     async def commit(self, group: str, values: dict) -> int:
-        """Append ``{(topic, partition): OffsetValue}`` as one batch; an error code (0: done)."""
+        """Append ``{(topic, partition): OffsetValue}`` as one batch; an error code as Kafka answers
+        commits (0: done)."""
         if not values:
             return 0
         recs = [Record(key=records.encode_offset_commit_key(group, t, p),
                        value=records.encode_offset_commit_value(v.offset, v.leader_epoch, v.metadata,
                                                                 v.commit_timestamp, v.expire_timestamp))
                 for (t, p), v in values.items()]
-        error = await self._append(group, recs)
+        keys = [(group, tp) for tp in values]
+        for key in keys:
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        try:
+            error, base = await self._append(group, recs)
+        finally:
+            for key in keys:
+                left = self.in_flight.pop(key) - 1
+                if left:
+                    self.in_flight[key] = left
         if not error:
-            self.offsets.setdefault(group, {}).update(values)
-        return error
+            for tp, value in values.items():
+                self._put(group, tp, value, base)
+        return commit_error(error)
+
+    async def commit_transactional(self, group: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                                   values: dict) -> int:
+        """Append ``{(topic, partition): OffsetValue}`` as one transactional batch of the producer, kept
+        pending until its marker; an error code (0: done). As Kafka 3.8 (KIP-890 part 1), a producer
+        with no open transaction in this partition must have added it (AddOffsetsToTxn) first."""
+        try:
+            await self.ensure_topic()
+        except BrokerError as exc:
+            log.error("cannot create %s: %s", TOPIC, exc)
+            return exc.code
+        index = self.partition_for(group)
+        if index not in self.owned:
+            return NOT_COORDINATOR
+        key = (TOPIC, index)
+        error, verification = await self._verify(transactional_id, producer_id, producer_epoch, key)
+        if error:
+            return error
+        if index not in self.owned:
+            return NOT_COORDINATOR  # the partition moved away while the transaction was verified
+        if producer_id < 0:
+            return await self.commit(group, values)  # as Kafka: without a producer id, a plain commit
+        recs = [Record(key=records.encode_offset_commit_key(group, t, p),
+                       value=records.encode_offset_commit_value(v.offset, v.leader_epoch, v.metadata,
+                                                                v.commit_timestamp, v.expire_timestamp))
+                for (t, p), v in values.items()]
+        sequence = self.sequences.sequence_for(index, producer_id, producer_epoch)
+        batch = build_batch(recs, base_timestamp=now_ms(), attributes=TRANSACTIONAL, producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=sequence)
+        outcomes = self.replicas.append(-1, {key: batch}, verification=verification)
+        outcome = outcomes[key]
+        if outcome.error:
+            log.error("could not write transactional offsets of group %s (producer %d) to %s-%d: error %d %s",
+                      group, producer_id, *key, outcome.error, outcome.message or "")
+            return commit_error(outcome.error)
+        self.sequences.appended(index, producer_id, producer_epoch, sequence, len(recs))
+        entries = {tp: PendingOffset(outcome.result.base_offset, v) for tp, v in values.items()}
+        for tp, entry in entries.items():
+            self.pending.put(group, producer_id, tp, entry)
+        waits = self.replicas.pending_acks(outcomes)
+        if waits:
+            error = (await self.replicas.wait_for_acks(waits, OFFSET_COMMIT_TIMEOUT_MS))[key]
+            if error:
+                for tp, entry in entries.items():
+                    self.pending.discard(group, producer_id, tp, entry)
+                return commit_error(error)
+        return 0
+
+    async def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int, key):
+        """(error, the append's verification): the transaction coordinator says whether the offsets
+        partition is in the producer's transaction, unless one is already open there; the partition's
+        guard makes a marker written meanwhile void the answer."""
+        transactions = getattr(self.broker, "transactions", None)
+        if transactions is None or not getattr(self.config, "transaction_partition_verification_enable", True):
+            return 0, None  # no transaction coordinator here, or verification off: appended unchecked
+        guards, ask = self.replicas.start_verification([key], producer_id)
+        if ask:
+            try:
+                errors = await transactions.verify(transactional_id, producer_id, producer_epoch, ask)
+            except Exception as exc:  # the coordinator cannot answer now: the producer retries
+                log.warning("cannot verify the transaction of producer %d: %s", producer_id, exc)
+                return commit_error(NETWORK_EXCEPTION), None
+            error = errors.get(key, TRANSACTION_ABORTABLE)
+            if error == INVALID_TXN_STATE:
+                error = TRANSACTION_ABORTABLE  # "not in the transaction": TxnOffsetCommit answers it per version
+            if error:
+                return commit_error(error), None
+        return 0, guards
 
     async def delete(self, group: str, partitions=None) -> int:
         """Tombstones for the group's offsets (all, or the given partitions); an error code."""
@@ -177,23 +383,25 @@ class OffsetStore:
         tps = [tp for tp in (offsets if partitions is None else partitions) if tp in offsets]
         if not tps:
             return 0
-        error = await self._append(group, [Record(key=records.encode_offset_commit_key(group, t, p), value=None)
-                                     for t, p in tps])
+        error, base = await self._append(group, [Record(key=records.encode_offset_commit_key(group, t, p), value=None)
+                                           for t, p in tps])
         if not error:
             for tp in tps:
-                self._forget(group, tp)
+                if self.positions.get(group, {}).get(tp, -1) < base:  # not replaced by a later commit meanwhile
+                    self._forget(group, tp)
         return error
 
-    async def _append(self, group: str, recs) -> int:
-        """Append to the group's partition and wait until it is replicated (HW), as Kafka's commits."""
+    async def _append(self, group: str, recs) -> tuple[int, int]:
+        """Append to the group's partition and wait until it is replicated (HW), as Kafka's commits:
+        (error code, the batch's base offset)."""
         try:
             await self.ensure_topic()
         except BrokerError as exc:
             log.error("cannot create %s: %s", TOPIC, exc)
-            return exc.code
+            return exc.code, -1
         key = (TOPIC, self.partition_for(group))
         if key[1] not in self.owned:
-            return NOT_COORDINATOR
+            return NOT_COORDINATOR, -1
         outcomes = self.replicas.append(-1, {key: build_batch(recs, base_timestamp=now_ms())})
         error = outcomes[key].error
         if not error:
@@ -203,7 +411,8 @@ class OffsetStore:
         if error:
             log.error("could not write offsets of group %s to %s-%d: error %d %s", group, *key,
                       error, outcomes[key].message or "")
-        return error
+            return error, -1
+        return 0, outcomes[key].result.base_offset
 
     async def expire(self, now: int, retention_ms: int, is_empty) -> int:
         """Tombstone offsets past retention: explicit expire timestamps, or any offset of a group
@@ -211,9 +420,10 @@ class OffsetStore:
         removed = 0
         for group in list(self.offsets):
             empty, since = is_empty(group)
-            stale = [tp for tp, v in self.offsets[group].items()
-                     if (v.expire_timestamp != -1 and now >= v.expire_timestamp)
-                     or (empty and now >= max(v.commit_timestamp, since) + retention_ms)]
+            stale = [tp for tp, v in self.offsets.get(group, {}).items()
+                     if (group, tp) not in self.in_flight  # as Kafka: a commit under way keeps it
+                     and ((v.expire_timestamp != -1 and now >= v.expire_timestamp)
+                          or (empty and now >= max(v.commit_timestamp, since) + retention_ms))]
             if stale and not await self.delete(group, stale):
                 removed += len(stale)
         return removed

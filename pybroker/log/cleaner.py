@@ -17,12 +17,18 @@ bytes) above ``min.cleanable.dirty.ratio`` (or one whose dirty records passed
    each group to ``<base>.log.cleaned``, syncs it and swaps it in (``Log.replace_segments``);
    readers keep the old files open until they finish, so reads are always consistent.
 
+Transactions: nothing at or after the first unstable offset (an open transaction) is cleaned; records
+of aborted transactions never enter the map (so they never hide a committed value of their key);
+control batches (markers) are always kept; each cleaned segment takes over the txn index entries of
+the segments it replaces (their markers are all still in it).
+
 Everything runs on the cleaner's own threads with the log lock taken only for the swap.
 ``log.cleaner.io.max.bytes.per.second`` throttles the bytes read and written.
 """
 import logging
 import mmap
 import os
+import struct
 import threading
 import time
 from contextlib import nullcontext
@@ -38,6 +44,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "cleaner-offset-checkpoint"
 CHUNK_BYTES = 8 << 20  # a segment is read and cleaned this many bytes (whole batches) at a time
 CLEANER_NICENESS = 19  # where SCHED_IDLE is missing: the lowest nice value (Linux: per thread)
+TRANSACTIONAL, CONTROL = 0x10, 0x20
+_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+_ATTRIBUTES = struct.Struct(">hi")  # attributes @21, last offset delta @23
+_PRODUCER_ID = struct.Struct(">q")  # @43
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,9 @@ def cleanable(lg: Log, first_dirty: int, high_watermark: int, now: int) -> Clean
     if first_dirty > segments[-1].next_offset:  # the log was truncated below the checkpoint
         first_dirty = max(start, segments[0].base_offset)
     uncleanable = min(segments[-1].base_offset, high_watermark)
+    unstable = lg.first_unstable_offset() if lg.first_unstable_offset is not None else None
+    if unstable is not None:  # as Kafka: an open transaction's records may still be aborted
+        uncleanable = min(uncleanable, unstable)
     lag = config.min_compaction_lag_ms
     for seg in segments[:-1]:
         if seg.next_offset <= first_dirty:
@@ -165,12 +178,17 @@ class Cleaner:
             if seg.next_offset <= c.first_dirty or seg.base_offset >= c.first_uncleanable:
                 continue
             self._check_open(lg)
+            aborted = lg.collect_aborted_transactions(seg.base_offset, seg.next_offset)
             with _mapped(seg) as view:
                 for start, stop in self._chunks(seg):  # chunks, so the I/O throttle acts often
-                    filled = om.add_batches(memoryview(view)[start:stop], c.first_dirty, c.first_uncleanable)
+                    for run_start, run_stop in _without_aborted(view, start, stop, aborted):
+                        filled = om.add_batches(memoryview(view)[run_start:run_stop], c.first_dirty,
+                                                c.first_uncleanable)
+                        end, full = max(end, filled.next_offset), filled.full
+                        if full:
+                            break
                     stats.bytes_read += stop - start
                     self.throttler.add(stop - start)
-                    end, full = max(end, filled.next_offset), filled.full
                     if full:
                         break
             if full:
@@ -227,6 +245,9 @@ class Cleaner:
                         stats.bytes_cleaned += stop - start
                         self.throttler.add(stop - start + len(kept.data))
             cleaned.recover()  # indexes for the new file (and a last check of every batch)
+            # every marker was kept: the aborted transactions indexed in the old segments stay true
+            cleaned.txn_index.replace([t for seg in group for t in seg.txn_index.entries])  # (any_aborted_txn holds)
+            cleaned.txn_index_stale = False
             cleaned.flush()
             cleaned.seal()
             if not lg.replace_segments(cleaned, group):
@@ -253,6 +274,28 @@ class Cleaner:
                     break
             yield start, stop
             start = stop
+
+
+def _without_aborted(view, start: int, stop: int, aborted: list):
+    """Byte ranges of [start, stop) (whole batches) without the batches of aborted transactions."""
+    if not aborted:
+        yield start, stop
+        return
+    run = pos = start
+    while pos < stop:
+        base, length = _BATCH_HEAD.unpack_from(view, pos)
+        size = length + 12
+        attributes, last_delta = _ATTRIBUTES.unpack_from(view, pos + 21)
+        if attributes & TRANSACTIONAL and not attributes & CONTROL:
+            pid = _PRODUCER_ID.unpack_from(view, pos + 43)[0]
+            last = base + last_delta
+            if any(t.producer_id == pid and t.first_offset <= base and last <= t.last_offset for t in aborted):
+                if pos > run:
+                    yield run, pos
+                run = pos + size
+        pos += size
+    if stop > run:
+        yield run, stop
 
 
 def lower_priority_of_this_thread() -> None:
@@ -379,8 +422,8 @@ class LogCleaner:
         best = None
         with self._lock:
             for tp, lg in list(self.manager.logs.items()):
-                if tp in self._in_progress or lg.closed or not lg.config.compact:
-                    continue
+                if tp in self._in_progress or lg.closed or not lg.config.compact or lg.txn_index_stale:
+                    continue  # (a recovered segment's txn index waits for the producer state replay)
                 self._maybe_roll(lg, now)
                 hw = self.high_watermark(*tp) if self.high_watermark else None
                 c = cleanable(lg, self.first_dirty.get(tp, 0), lg.log_end_offset if hw is None else hw, now)

@@ -84,6 +84,8 @@ class Log:
         # the log cleaner's checkpoint: segments below it may have been compacted (offset gaps)
         self.first_dirty_offset = first_dirty_offset
         self.last_batches_of_producers = None  # set by the replica layer: base offsets the cleaner keeps
+        self.first_unstable_offset = None  # set by the replica layer: the cleaner stops before open transactions
+        self.any_aborted_txn = None  # some txn index has an entry (None: not looked yet); spares read_committed a walk
         self.closed = False
         os.makedirs(directory, exist_ok=True)
         self.epochs = LeaderEpochCache(directory)
@@ -106,7 +108,7 @@ class Log:
         bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
         for name in names:  # an index without its .log is left over from a deletion
             stem, ext = os.path.splitext(name)
-            if ext in (".index", ".timeindex") and stem.isdigit() and int(stem) not in bases:
+            if ext in (".index", ".timeindex", ".txnindex") and stem.isdigit() and int(stem) not in bases:
                 os.remove(os.path.join(self.directory, name))
         if not bases:
             self.segments.append(LogSegment(self.directory, self.log_start_offset, self.config, active=True))
@@ -167,14 +169,14 @@ class Log:
             for other in os.listdir(self.directory):
                 stem, ext = os.path.splitext(other)
                 if ext == ".log" and stem.isdigit() and base <= int(stem) < end:
-                    for suffix in (".log", ".index", ".timeindex"):
+                    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                         try:
                             os.remove(os.path.join(self.directory, stem + suffix))
                         except FileNotFoundError:
                             pass
             stem = os.path.join(self.directory, name[:-len(".log.swap")])
             os.replace(path, stem + ".log")
-            for suffix in (".index", ".timeindex"):  # rebuilt at load
+            for suffix in (".index", ".timeindex", ".txnindex"):  # rebuilt at load
                 try:
                     os.remove(stem + suffix + ".swap")
                 except FileNotFoundError:
@@ -225,6 +227,37 @@ class Log:
     @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+    @property
+    def txn_index_stale(self) -> bool:
+        """Some segment was recovered from its batches: its txn index waits for the producer state replay."""
+        return any(s.txn_index_stale for s in self.segments)
+
+    # ---- aborted transactions -------------------------------------------------------------
+
+    def append_aborted_txn(self, txn) -> None:
+        """Index an aborted transaction in the segment that holds its ABORT marker (``txn.last_offset``)."""
+        with self.lock:
+            self.segments[self._segment_for(txn.last_offset)].txn_index.append(txn)
+            self.any_aborted_txn = True
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list:
+        """Aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
+        ``fetch_offset`` on (Kafka's collectAbortedTransactions)."""
+        found = []
+        with self.lock:
+            if self.any_aborted_txn is None:
+                self.any_aborted_txn = any(s.txn_index.entries for s in self.segments)
+            if not self.any_aborted_txn:
+                return found
+            for segment in self.segments[self._segment_for(fetch_offset):]:
+                if not segment.txn_index.entries:
+                    continue
+                txns, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+                found += txns
+                if complete:
+                    break
+        return found
 
     def _segment_for(self, offset: int) -> int:
         """Index of the segment that would hold ``offset``."""

@@ -1,4 +1,5 @@
-"""One segment of a log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``.
+"""One segment of a log: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex`` (and a
+``.txnindex`` of aborted transactions once one ended in it: pybroker/log/txn_index.py).
 
 File names and formats are Kafka's: the ``.log`` holds record batches exactly as appended;
 the offset index maps a batch's last offset to its file position, one entry per
@@ -15,6 +16,7 @@ import time
 from pybroker import core
 from pybroker.errors import CorruptIndexError
 from pybroker.log.config import LogConfig
+from pybroker.log.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class LogSegment:
         self.offset_index = None
         self.time_index = None
         self.index_problem = None  # why the indexes must be rebuilt, if they must
+        self.txn_index = TxnIndex(self.txnindex_path)
+        self.txn_index_stale = False  # recovered: the producer state replay rebuilds the txn index
         if not (os.path.exists(self.index_path) and os.path.exists(self.timeindex_path)):
             self.index_problem = "index file missing"
         try:
@@ -72,14 +76,16 @@ class LogSegment:
         self.log_path = stem + ".log" + suffix
         self.index_path = stem + ".index" + suffix
         self.timeindex_path = stem + ".timeindex" + suffix
+        self.txnindex_path = stem + ".txnindex" + suffix
         self.suffix = suffix
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename the three files (``.cleaned`` -> ``.swap`` -> none, the cleaner's swap); open files stay valid."""
+        """Rename the files (``.cleaned`` -> ``.swap`` -> none, the cleaner's swap); open files stay valid."""
         old = (self.log_path, self.index_path, self.timeindex_path)
         self._set_paths(suffix)
         for src, dst in zip(old, (self.log_path, self.index_path, self.timeindex_path)):
             os.replace(src, dst)
+        self.txn_index.rename(self.txnindex_path)
 
     @property
     def fd(self) -> int:
@@ -156,6 +162,8 @@ class LogSegment:
                 os.remove(path)
         self._open_indexes(writable=True)
         self.index_problem = None
+        self.txn_index.reset()
+        self.txn_index_stale = True
         self.size = os.fstat(self.fd).st_size
         if self.size:
             with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as view:
@@ -254,6 +262,7 @@ class LogSegment:
         removed = self.size - position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._check_full()
         os.ftruncate(self.fd, position)
         self.size = position
@@ -263,8 +272,9 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        # Only the .log needs to be durable: indexes are re-checked or rebuilt at start.
+        # The .log and the txn index must be durable: offset and time indexes are re-checked or rebuilt at start.
         core.fileio.fdatasync(self.fd)
+        self.txn_index.flush()
 
     def seal(self) -> None:
         """Called when the segment stops being the active one: final time entry, trimmed indexes."""
@@ -285,11 +295,13 @@ class LogSegment:
 
     def close(self) -> None:
         self._close_indexes()
+        self.txn_index.close()
         self.file.close()
 
     def delete(self) -> None:
         """Remove the files; the descriptor closes once no fetch slice refers to this segment."""
         self._close_indexes()
+        self.txn_index.delete()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             try:
                 os.remove(path)

@@ -6,6 +6,9 @@ partitions can later be sharded over worker processes behind the same calls.
 acks=all: a produce waits in a purgatory keyed by partition until the high watermark passes its
 last offset (completed when the HW moves, never polled), the request's timeout (REQUEST_TIMED_OUT),
 or the loss of leadership (NOT_LEADER_OR_FOLLOWER).
+
+Transaction markers (``write_txn_markers``) are appended by the leader like acks=all produces and
+answered once the high watermark passes them; ``marker_listeners`` hear of each one as it is appended.
 """
 import asyncio
 import logging
@@ -13,7 +16,9 @@ import time
 from dataclasses import dataclass
 
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
+from pybroker.log.log import now_ms
 from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
+from pybroker.replica.producer_state import VERIFY_NOT_NEEDED
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
 
 log = logging.getLogger(__name__)
@@ -23,6 +28,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 REQUEST_TIMED_OUT = 7
 STALE_CONTROLLER_EPOCH = 11
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+KAFKA_STORAGE_ERROR = 56
 UNKNOWN_SERVER_ERROR = -1
 DEBUGGING_CONSUMER_ID = -2  # Fetch replica id of a debugging consumer: reads any replica
 
@@ -43,6 +49,7 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: object = None  # a FetchSlice, or None
+    aborted_transactions: list | None = None  # read_committed: (producer id, first offset) pairs
 
 
 @dataclass
@@ -67,6 +74,8 @@ class ReplicaManager:
         self.isr_writer = None     # async (partition, new_isr) -> bool; ZooKeeper on a cluster
         self.leader_quota = ReplicationQuota()  # leader.replication.throttled.rate (unlimited by default)
         self.listeners = []        # objects with on_leadership(key, is_leader) (the group coordinator)
+        # callables (topic, partition, producer_id, commit, marker_offset): a marker was appended as leader
+        self.marker_listeners = []
         self._waiters: list[tuple[set, asyncio.Future]] = []  # long-polling fetches
         self._acks: dict[tuple[str, int], list] = {}  # acks=all produces: key -> [(offset, future)]
         self._stopping = False  # shutting down: fetches answer at once instead of long polling
@@ -173,8 +182,13 @@ class ReplicaManager:
 
     # ---- produce --------------------------------------------------------------------------
 
-    def append(self, required_acks: int, entries: dict) -> dict[tuple[str, int], ProduceOutcome]:
-        """Append each partition's records; one partition's failure does not affect the others."""
+    def append(self, required_acks: int, entries: dict, verification=None) -> dict[tuple[str, int], ProduceOutcome]:
+        """Append each partition's records; one partition's failure does not affect the others.
+
+        ``verification``: a dict key -> guard from ``start_verification`` (KIP-890), or one value for
+        every partition: None (nobody asked the coordinator) or partition.NO_TRANSACTIONAL_ID.
+        """
+        per_key = type(verification) is dict
         out = {}
         appended = set()
         for key, records in entries.items():
@@ -183,7 +197,8 @@ class ReplicaManager:
                 out[key] = ProduceOutcome(UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             try:
-                result = partition.append_as_leader(records, required_acks)
+                result = partition.append_as_leader(records, required_acks,
+                                                    verification.get(key) if per_key else verification)
             except BrokerError as exc:
                 out[key] = ProduceOutcome(exc.code, message=str(exc))
                 continue
@@ -196,6 +211,69 @@ class ReplicaManager:
         if appended:
             self._wake(appended)
         return out
+
+    def start_verification(self, keys, producer_id: int) -> tuple[dict, list]:
+        """KIP-890: (key -> guard for every led partition, the keys the coordinator must be asked about)."""
+        guards, ask = {}, []
+        for key in keys:
+            p = self.partitions.get(key)
+            if p is None or not p.is_leader:
+                continue  # the append answers the error
+            guard = p.start_verification(producer_id)
+            guards[key] = guard
+            if guard is not VERIFY_NOT_NEEDED:
+                ask.append(key)
+        return guards, ask
+
+    # ---- transaction markers --------------------------------------------------------------
+
+    async def write_txn_markers(self, markers, timeout_ms: int) -> dict:
+        """Append each TxnMarker's control batch to its partitions as leader and wait until the high
+        watermark passes it; {(producer_id, topic, partition): error} (Kafka's WriteTxnMarkers codes)."""
+        errors, waits, flushes = {}, {}, {}
+        now = now_ms()
+        for m in markers:
+            for topic, index in m.partitions:
+                key = (m.producer_id, topic, index)
+                p = self.partitions.get((topic, index))
+                if p is None:
+                    errors[key] = UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                try:
+                    result = p.append_marker(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, now)
+                except BrokerError as exc:
+                    errors[key] = exc.code
+                    continue
+                except Exception:
+                    log.exception("marker for producer %d on %s-%d failed", m.producer_id, topic, index)
+                    errors[key] = UNKNOWN_SERVER_ERROR
+                    continue
+                errors[key] = 0
+                self._wake({(topic, index)})
+                for listener in self.marker_listeners:
+                    try:
+                        listener(topic, index, m.producer_id, m.commit, result.offset)
+                    except Exception:
+                        log.exception("marker listener failed on %s-%d", topic, index)
+                if result.flushed is not None:  # flush.messages reached: answered once it is on disk
+                    flushes[key] = result.flushed
+                if p.high_watermark <= result.offset:
+                    waits.setdefault((topic, index), []).append((key, result.offset + 1))
+        for key, done in flushes.items():
+            try:
+                await asyncio.wrap_future(done)
+            except Exception:
+                log.exception("flush after the marker for producer %d on %s-%d failed", *key)
+                errors[key] = KAFKA_STORAGE_ERROR
+        if waits:
+            acked = await self._wait_for_markers(waits, timeout_ms)
+            errors.update((key, code) for key, code in acked.items() if not errors.get(key))
+        return errors
+
+    async def _wait_for_markers(self, waits: dict, timeout_ms: int) -> dict:
+        """Several markers may wait on one partition: wait for each partition's last, answer each marker."""
+        codes = await self.wait_for_acks({tp: max(o for _, o in ks) for tp, ks in waits.items()}, timeout_ms)
+        return {key: codes[tp] for tp, ks in waits.items() for key, _ in ks}
 
     def pending_acks(self, outcomes: dict) -> dict:
         """Of appended outcomes, those whose records the high watermark does not cover yet."""
@@ -290,11 +368,20 @@ class ReplicaManager:
                     self._waiters.remove(waiter)
 
     def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool):
-        """A consumer's fetch, one pass as Kafka: the first batch found may exceed max_bytes."""
+        """A consumer's fetch, one pass as Kafka: the first batch found may exceed max_bytes.
+        read_committed: up to the LSO, with the aborted transactions in what is returned."""
         def one(p, req, budget, total):
             p.check_leader(req.current_leader_epoch)
             return p.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
-        return self._read_each(requests, max_bytes, one)
+        results, total = self._read_each(requests, max_bytes, one)
+        if committed_only:
+            partitions = self.partitions
+            for req, r in zip(requests, results):
+                if r.records is not None:
+                    p = partitions[(req.topic, req.partition)]
+                    if p.log.any_aborted_txn is not False:  # a log that never aborted anything: no walk
+                        r.aborted_transactions = p.aborted_transactions(req.fetch_offset)
+        return results, total
 
     def read_for_follower(self, replica_id: int, requests: list[FetchRequestPartition], max_bytes: int):
         """A follower's fetch: its fetch offset is its log end; reads go up to our log end."""

@@ -5,6 +5,11 @@ watermark (HW) is the smallest log end offset over the in-sync replicas (ISR) an
 As follower it copies the leader's batches byte for byte (offsets and leader epochs kept) and
 takes the HW the leader reports, capped by its own log end. A replica factor of one is the same
 code with an ISR of one: the HW follows every append.
+
+Transactions: the last stable offset (LSO) is the first offset of a transaction not yet ended (or
+ended by a marker the HW has not passed), capped by the HW; read_committed consumers read up to it.
+A marker is appended as a control batch in the leader's epoch and replicates like any batch; an
+ABORT goes into the txn index of the segment holding it, on leaders and followers alike.
 """
 import logging
 import os
@@ -13,12 +18,18 @@ from dataclasses import dataclass
 
 from pybroker import core
 from pybroker.errors import BrokerError, KeylessRecordError, OffsetOutOfRangeError
-from pybroker.records import decode_records
+from pybroker.records import CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records
 from pybroker.replica.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
+NO_VERIFICATION = None  # an append nobody asked the transaction coordinator about (internal writers)
+NO_TRANSACTIONAL_ID = object()  # a produce request without a transactional id: transactional batches refused
+
+
+class TransactionalIdRequiredError(BrokerError):
+    code = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kafka's answer to transactional records without an id
 
 
 class NotLeaderOrFollowerError(BrokerError):
@@ -35,6 +46,13 @@ class UnknownLeaderEpochError(BrokerError):
 
 class NotEnoughReplicasError(BrokerError):
     code = 19  # NOT_ENOUGH_REPLICAS
+
+
+@dataclass(frozen=True)
+class MarkerResult:
+    offset: int
+    aborted: object = None  # the AbortedTxn indexed, if the marker aborted a transaction with data here
+    flushed: object = None
 
 
 @dataclass(frozen=True)
@@ -81,8 +99,10 @@ class Partition:
         self.producers = ProducerStateManager(log.directory)
         self.producers.load(log)
         log.last_batches_of_producers = self.producers.last_batch_offsets  # kept by the log cleaner
+        log.first_unstable_offset = self.producers.first_unstable_offset_now  # the cleaner stops before it
         end = log.log_end_offset
         self.high_watermark = end if high_watermark is None else max(min(high_watermark, end), log.log_start_offset)
+        self.producers.first_unstable_offset(self.high_watermark)
 
     @property
     def is_leader(self) -> bool:
@@ -148,8 +168,13 @@ class Partition:
 
     # ---- produce --------------------------------------------------------------------------
 
-    def append_as_leader(self, records, required_acks: int) -> ProduceResult:
-        """Validate and append a produce request's records for this partition."""
+    def append_as_leader(self, records, required_acks: int, verification=NO_VERIFICATION) -> ProduceResult:
+        """Validate and append a produce request's records for this partition.
+
+        ``verification``: the guard from ``start_verification`` when the transaction coordinator
+        was asked (KIP-890); NO_VERIFICATION when nobody asked it (no coordinator, internal writers);
+        NO_TRANSACTIONAL_ID for a produce request without a transactional id.
+        """
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
         if required_acks == -1 and len(self.isr) < self.min_isr:
@@ -159,6 +184,11 @@ class Partition:
             self._check_keys(batches)
         for _, info in batches:  # duplicates are answered with their first append's offsets
             if info.producer_id >= 0:
+                if verification is not NO_VERIFICATION:
+                    if verification is not NO_TRANSACTIONAL_ID:
+                        self.producers.check_verified(info, verification)
+                    elif info.attributes & TRANSACTIONAL:
+                        raise TransactionalIdRequiredError("a transactional batch needs the request's transactional id")
                 duplicate = self.producers.check(info)
                 if duplicate is not None:
                     if len(batches) != 1:
@@ -175,6 +205,31 @@ class Partition:
         self.maybe_increment_high_watermark()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
                              flushed=result.flushed, last_offset=result.last_offset)
+
+    def start_verification(self, producer_id: int):
+        """KIP-890: a guard when the producer has no open transaction here (the coordinator must be
+        asked), else VERIFY_NOT_NEEDED."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
+        return self.producers.start_verification(producer_id)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      timestamp: int) -> MarkerResult:
+        """Leader: append an end-transaction marker (a control batch) in this leader's epoch."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} is not the leader of {self.topic}-{self.index}")
+        if len(self.isr) < self.min_isr:
+            raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp)
+        result = self.log.append_validated(self.log.validate(batch, allow_control=True),
+                                           leader_epoch=self.leader_epoch)
+        aborted = self.producers.end_transaction(producer_id, producer_epoch, commit, coordinator_epoch,
+                                                 result.first_offset, timestamp)
+        if aborted is not None:
+            self.log.append_aborted_txn(aborted)
+        self.maybe_increment_high_watermark()
+        return MarkerResult(result.first_offset, aborted, result.flushed)
 
     @property
     def min_isr(self) -> int:
@@ -195,6 +250,8 @@ class Partition:
                 new = min(new, f.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
+            if self.producers.unreplicated:
+                self.producers.first_unstable_offset(new)
             return True
         return False
 
@@ -243,17 +300,33 @@ class Partition:
     def append_as_follower(self, records) -> int:
         """Append the leader's batches as they are; the new log end offset."""
         batches = self.log.validate(records, allow_control=True, compacted=True)
+        markers = [bytes(view) for view, info in batches if info.attributes & CONTROL]  # the append rewrites views
         sent = [info for _, info in batches]
         self.log.append_validated(batches, leader_epoch=-1, assign_offsets=False)
-        for info in sent:  # idempotence survives failover: followers know every producer
-            self.producers.update(info, info.base_offset, info.base_offset + info.last_offset_delta,
-                                  info.max_timestamp)
+        for info in sent:  # idempotence and transactions survive failover: followers know every producer
+            if info.attributes & CONTROL:
+                self._follow_marker(info, markers.pop(0))
+            else:
+                self.producers.update(info, info.base_offset, info.base_offset + info.last_offset_delta,
+                                      info.max_timestamp)
         return self.log_end_offset
+
+    def _follow_marker(self, info, batch: bytes) -> None:
+        """A marker copied from the leader: the producer state and the txn index follow it (no checks)."""
+        marker = decode_control_record(batch)
+        if info.producer_id < 0 or marker is None or marker.type not in (0, 1):
+            return
+        aborted = self.producers.end_transaction(info.producer_id, info.producer_epoch, marker.commit,
+                                                 marker.coordinator_epoch, info.base_offset, info.max_timestamp)
+        if aborted is not None:
+            self.log.append_aborted_txn(aborted)
 
     def update_follower_high_watermark(self, leader_hw: int) -> None:
         new = min(leader_hw, self.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
+            if self.producers.unreplicated:
+                self.producers.first_unstable_offset(new)
 
     def truncate_to(self, offset: int) -> None:
         """Cut the log at ``offset`` (a follower's divergence point); producer state is rebuilt."""
@@ -272,8 +345,15 @@ class Partition:
     # ---- fetch ----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, committed_only: bool, min_one_batch: bool):
-        """A slice for a consumer: never past the high watermark (no transactions: LSO == HW)."""
-        return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+        """A slice for a consumer: never past the high watermark, nor past the LSO for read_committed."""
+        upper = self.last_stable_offset if committed_only else self.high_watermark
+        return self.log.read(offset, max_bytes, max_offset=upper, min_one_batch=min_one_batch)
+
+    def aborted_transactions(self, fetch_offset: int) -> list:
+        """(producer id, first offset) of each aborted transaction overlapping [fetch_offset, LSO):
+        what a read_committed consumer must skip in what it was sent."""
+        return [(t.producer_id, t.first_offset)
+                for t in self.log.collect_aborted_transactions(fetch_offset, self.last_stable_offset)]
 
     def read_for_follower(self, offset: int, max_bytes: int):
         """A slice for a follower: up to the log end, not only the high watermark."""
@@ -281,7 +361,13 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        hw = self.high_watermark
+        ps = self.producers
+        if ps.ongoing or ps.unreplicated:
+            first = ps.first_unstable_offset(hw)
+            if first is not None and first < hw:
+                return first
+        return hw
 
     # ---- offsets --------------------------------------------------------------------------
 
@@ -290,12 +376,13 @@ class Partition:
         if timestamp == EARLIEST:
             return self.log_start_offset, -1
         if timestamp == LATEST:
-            return self.high_watermark, -1
+            return (self.last_stable_offset if committed_only else self.high_watermark), -1
         if timestamp < 0:
             raise OffsetOutOfRangeError(timestamp, self.log_start_offset, self.high_watermark)
-        return self._first_record_at_or_after(timestamp)
+        return self._first_record_at_or_after(timestamp, self.last_stable_offset if committed_only
+                                              else self.high_watermark)
 
-    def _first_record_at_or_after(self, timestamp: int) -> tuple[int, int]:
+    def _first_record_at_or_after(self, timestamp: int, upper: int) -> tuple[int, int]:
         lg = self.log
         with lg.lock:
             for segment in list(lg.segments):
@@ -306,7 +393,7 @@ class Partition:
                 position = found[0] if found else segment.size
                 while position < segment.size:
                     header = segment.read_header(position)
-                    if header.base_offset >= self.high_watermark:
+                    if header.base_offset >= upper:
                         return -1, -1
                     if header.max_timestamp >= timestamp and header.last_offset >= lg.log_start_offset:
                         batch = os.pread(segment.fd, header.batch_length + 12, position)

@@ -1,0 +1,54 @@
+"""KIP-890 verification for transactional ids coordinated by another broker: an AddPartitionsToTxn
+v4 request with verify_only set, sent to the leader of the id's ``__transaction_state`` partition."""
+import logging
+
+from pybroker.protocol.messages import REQUESTS
+from pybroker.transaction.peers import PeerConnections
+from pybroker.transaction.state_log import TOPIC
+
+log = logging.getLogger(__name__)
+
+ADD_PARTITIONS_TO_TXN = 24
+VERIFY_VERSION = 4
+NETWORK_EXCEPTION, COORDINATOR_NOT_AVAILABLE, CLUSTER_AUTHORIZATION_FAILED, INVALID_TXN_STATE = 13, 15, 31, 48
+Request = REQUESTS[ADD_PARTITIONS_TO_TXN]
+
+
+class Verifier:
+    def __init__(self, coordinator):
+        self.coordinator = coordinator
+        self.peers = PeerConnections(coordinator.broker, "txn-verify")
+
+    async def remote(self, tid: str, producer_id: int, epoch: int, partitions) -> dict:
+        partitions = list(partitions)
+        broker = self.coordinator.broker
+        state = broker.metadata.partition(TOPIC, self.coordinator.partition_for(tid))
+        if state is None or state.leader < 0 or state.leader == broker.node_id:
+            return {tp: COORDINATOR_NOT_AVAILABLE for tp in partitions}
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        request = Request(transactions=[Request.AddPartitionsToTxnTransaction(
+            transactional_id=tid, producer_id=producer_id, producer_epoch=epoch, verify_only=True,
+            topics=[Request.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
+        try:
+            response = await self.peers.request(state.leader, request, ADD_PARTITIONS_TO_TXN,
+                                                VERIFY_VERSION, VERIFY_VERSION)
+        except Exception as exc:  # retriable for the producer, as Kafka's network errors are
+            log.info("verifying %s with broker %d failed: %s", tid, state.leader, exc)
+            return {tp: NETWORK_EXCEPTION for tp in partitions}
+        if response.error_code:  # a refusal of the whole request is no answer about the transaction
+            error = INVALID_TXN_STATE if response.error_code == CLUSTER_AUTHORIZATION_FAILED else response.error_code
+            return {tp: error for tp in partitions}
+        results = {tp: INVALID_TXN_STATE for tp in partitions}  # a partition left out of the answer
+        for txn in response.results_by_transaction:
+            if txn.transactional_id != tid:
+                continue
+            for topic in txn.topic_results:
+                for p in topic.results_by_partition:
+                    if (topic.name, p.partition_index) in results:
+                        results[(topic.name, p.partition_index)] = p.partition_error_code
+        return results
+
+    async def close(self) -> None:
+        await self.peers.close()
