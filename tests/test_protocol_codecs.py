@@ -445,3 +445,15 @@ def test_helpers_work_first_thing_in_a_fresh_interpreter(call):
                         "encode_request, decode_request, decode_response, encode_response)", 1)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
                    cwd=str(Path(__file__).resolve().parents[1]))
+
+
+@pytest.mark.parametrize("reader", ["rd_cstring", "rd_ncstring"])
+def test_a_compact_string_over_int16_length_is_refused(reader):
+    """As Kafka's parsers: 32767 bytes is the most a string may hold, compact or not."""
+    from pybroker.protocol import primitives
+    read = getattr(primitives, reader)
+    ok = bytes([0x80, 0x80, 0x02]) + b"x" * 0x7FFF  # uvarint 32768 = length 32767 + 1
+    assert read(ok, 0) == ("x" * 0x7FFF, len(ok))
+    too_long = bytes([0x81, 0x80, 0x02]) + b"x" * 0x8000  # uvarint 32769 = length 32768 + 1
+    with pytest.raises(protocol.DecodeError, match="over 32767"):
+        read(too_long, 0)

@@ -29,7 +29,7 @@ from confluent_kafka import ElectionType, KafkaException, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pybroker.coordinator.records import offsets_partition
-from pybroker.protocol import REQUESTS
+from pybroker.protocol import REQUESTS, decode_response
 from pybroker.records import Record, build_batch, decode_records
 from pybroker.transaction import records
 from pybroker.transaction.metadata import TxnState
@@ -429,6 +429,44 @@ def test_exhausted_epoch_moves_the_id_to_a_new_producer_id(tmp_path):
         again = init_pid(c, "worn", version=4, pid=pid, epoch=epoch)  # a retry whose answer was lost
         assert (again.error_code, again.producer_id, again.producer_epoch) == (0, r.producer_id, 0)
         assert init_pid(c, "worn", version=4, pid=pid, epoch=epoch - 1).error_code == PRODUCER_FENCED
+        c.close()
+    finally:
+        broker.close()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7f:
+        out.append(n & 0x7f | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def init_pid_with_long_id(c: WireClient, size: int):
+    """InitProducerId v4 whose compact-string id is ``size`` bytes (past what our encoder writes)."""
+    stand_in = "Q" * 200
+    correlation, body = c.encode(INIT_PRODUCER_ID, 4, REQUESTS[INIT_PRODUCER_ID](
+        transactional_id=stand_in, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
+    old = _uvarint(len(stand_in) + 1) + stand_in.encode()
+    assert bytes(body).count(old) == 1
+    c.send_frame(bytes(body).replace(old, _uvarint(size + 1) + b"y" * size))
+    header, response = decode_response(c.recv_frame(), INIT_PRODUCER_ID, 4)
+    assert header.correlation_id == correlation
+    return response
+
+
+def test_transactional_id_too_long_to_store_is_refused_and_leaves_nothing_stuck(tmp_path):
+    """A flexible InitProducerId can carry an id longer than ``__transaction_state``'s INT16-length key."""
+    broker = PyBroker(str(tmp_path)).start()
+    try:
+        c = WireClient(broker.port)
+        for index in range(STATE_PARTITIONS):  # every state partition loaded, whichever the long id maps to
+            wait_coordinator(c, next(f"p{i}" for i in range(1000) if offsets_partition(f"p{i}", STATE_PARTITIONS)
+                                     == index))
+        for _ in range(2):  # the second answer shows that the first left no change pending
+            assert init_pid_with_long_id(c, 40000).error_code == INVALID_REQUEST
+        assert init_pid(c, "z" * 32767, version=4).error_code == 0  # the longest storable id still works
+        assert broker.alive()
         c.close()
     finally:
         broker.close()

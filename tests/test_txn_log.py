@@ -352,6 +352,8 @@ def test_truncation_cuts_the_index_and_reopens_transactions(tmp_path):
             pos += h.batch_length + 12
     assert entries_by_segment(p.log) == model_by_segment(p.log, truncated)
     assert p.producers.ongoing == truncated.open and aborted[len(aborted) // 2].producer_id in truncated.open
+    # the cleaner's bound at once (no fetch came): only open transactions, every marker is below the HW
+    assert p.log.first_unstable_offset() == min(truncated.open.values(), default=None)
     assert p.last_stable_offset == truncated.lso(p.high_watermark)
     check_log_structure(p.log)
     p.log.close()
@@ -526,6 +528,12 @@ def test_produce_rules_with_a_transactional_id(broker_factory):
                                         req.PartitionProduceData(index=1, records=txn_batch(other, 0, 0, 1))])])
         codes = [p.error_code for p in c.request(request, 8).responses[0].partition_responses]
         assert codes == [INVALID_PRODUCER_ID_MAPPING] * 2
+        assert c.list_offset(TOPIC, 1) == 0
+        # a batch too short for its producer fields, flagged transactional: the same answer as without an id
+        short = bytearray(40)
+        short[8:12], short[16], short[22] = (28).to_bytes(4, "big"), 2, TRANSACTIONAL
+        plain = c.produce(TOPIC, 1, short).error_code
+        assert plain != 0 and c.produce(TOPIC, 1, short, transactional_id="x").error_code == plain
         assert c.list_offset(TOPIC, 1) == 0
 
 

@@ -35,6 +35,7 @@ INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
 TRANSACTIONAL = 0x10
 _PRODUCER = struct.Struct(">qhi")  # producer id @43, producer epoch @51, base sequence @53
+BATCH_HEADER = 61  # bytes of a record batch before its records
 # coordinator errors a producer might not retry: answered as NOT_ENOUGH_REPLICAS, which it does (as Kafka)
 _RETRIABLE_VERIFY_ERRORS = {13, 14, 15, 16, 51}
 # what Kafka's verification answers a producer with instead: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH,
@@ -111,7 +112,8 @@ def _finish(ctx, request, topics, entries, appended, outcomes, error):
 def _append_transactional(ctx, request, topics, entries, outcomes):
     """A request with a transactional_id: one producer for its transactional batches, verified with
     the coordinator when this broker has one."""
-    keys = [key for key, records in entries.items() if records[22] & TRANSACTIONAL]  # a whole header is there
+    # a batch shorter than its header is left to the log's validation (it reads no producer fields)
+    keys = [key for key, records in entries.items() if len(records) >= BATCH_HEADER and records[22] & TRANSACTIONAL]
     if len({_PRODUCER.unpack_from(entries[key], 43)[:2] for key in keys}) > 1:
         outcomes.clear()  # one transaction, one producer: the whole request is refused
         return _finish(ctx, request, topics, {}, {}, outcomes, INVALID_PRODUCER_ID_MAPPING)

@@ -10,6 +10,7 @@ tail entry is ignored when loading.
 """
 import os
 import struct
+import threading
 from typing import NamedTuple
 
 from pybroker import core
@@ -32,6 +33,7 @@ class TxnIndex:
         self.path = path
         self.entries: list[AbortedTxn] = []
         self._fd = -1
+        self._fd_lock = threading.Lock()
         self._dirty = False
         try:
             with open(path, "rb") as f:
@@ -105,15 +107,19 @@ class TxnIndex:
         self._dirty = True
 
     def flush(self) -> None:
-        if not self._dirty:
-            return
-        self._dirty = False
-        if self._fd >= 0:
-            core.fileio.fdatasync(self._fd)
-        elif self.entries:
-            fd = os.open(self.path, os.O_RDONLY)
+        """Sync the entries written so far (the flusher's thread: a private fd, so a close on the
+        event loop meanwhile cannot pull the descriptor from under the sync)."""
+        with self._fd_lock:
+            if not self._dirty:
+                return
+            self._dirty = False
             try:
-                os.fsync(fd)
+                fd = os.dup(self._fd) if self._fd >= 0 else os.open(self.path, os.O_RDONLY) if self.entries else -1
+            except FileNotFoundError:  # rewritten without entries meanwhile: nothing to sync
+                return
+        if fd >= 0:
+            try:
+                core.fileio.fdatasync(fd)
             finally:
                 os.close(fd)
 
@@ -123,9 +129,10 @@ class TxnIndex:
         self.path = path
 
     def _close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def close(self) -> None:
         self._close()

@@ -178,10 +178,15 @@ def rd_nstring(buf, pos):
     return str(buf[pos:end], "utf-8"), end
 
 
+MAX_STRING = 0x7FFF  # as Kafka's parsers: a string longer than an int16 length allows is refused
+
+
 def rd_cstring(buf, pos):
     n, pos = rd_uvarint(buf, pos)
     if n == 0:
         raise DecodeError(f"non-nullable compact string at offset {pos - 1} is null")
+    if n - 1 > MAX_STRING:
+        raise DecodeError(f"compact string at offset {pos} has length {n - 1}, over {MAX_STRING}")
     end = pos + n - 1
     if end > len(buf):
         raise _short("compact string", pos, n - 1, len(buf) - pos)
@@ -192,6 +197,8 @@ def rd_ncstring(buf, pos):
     n, pos = rd_uvarint(buf, pos)
     if n == 0:
         return None, pos
+    if n - 1 > MAX_STRING:
+        raise DecodeError(f"compact string at offset {pos} has length {n - 1}, over {MAX_STRING}")
     end = pos + n - 1
     if end > len(buf):
         raise _short("compact string", pos, n - 1, len(buf) - pos)

@@ -14,6 +14,7 @@ ABORT goes into the txn index of the segment holding it, on leaders and follower
 import logging
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from pybroker import core
@@ -222,12 +223,13 @@ class Partition:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp)
-        result = self.log.append_validated(self.log.validate(batch, allow_control=True),
-                                           leader_epoch=self.leader_epoch)
-        aborted = self.producers.end_transaction(producer_id, producer_epoch, commit, coordinator_epoch,
-                                                 result.first_offset, timestamp)
-        if aborted is not None:
-            self.log.append_aborted_txn(aborted)
+        with self.log.lock:  # a flush must not sync past the marker without its txn index entry
+            result = self.log.append_validated(self.log.validate(batch, allow_control=True),
+                                               leader_epoch=self.leader_epoch)
+            aborted = self.producers.end_transaction(producer_id, producer_epoch, commit, coordinator_epoch,
+                                                     result.first_offset, timestamp)
+            if aborted is not None:
+                self.log.append_aborted_txn(aborted)
         self.maybe_increment_high_watermark()
         return MarkerResult(result.first_offset, aborted, result.flushed)
 
@@ -302,13 +304,15 @@ class Partition:
         batches = self.log.validate(records, allow_control=True, compacted=True)
         markers = [bytes(view) for view, info in batches if info.attributes & CONTROL]  # the append rewrites views
         sent = [info for _, info in batches]
-        self.log.append_validated(batches, leader_epoch=-1, assign_offsets=False)
-        for info in sent:  # idempotence and transactions survive failover: followers know every producer
-            if info.attributes & CONTROL:
-                self._follow_marker(info, markers.pop(0))
-            else:
-                self.producers.update(info, info.base_offset, info.base_offset + info.last_offset_delta,
-                                      info.max_timestamp)
+        # with markers, a flush must not sync past one before its txn index entry is written
+        with self.log.lock if markers else nullcontext():
+            self.log.append_validated(batches, leader_epoch=-1, assign_offsets=False)
+            for info in sent:  # idempotence and transactions survive failover: followers know every producer
+                if info.attributes & CONTROL:
+                    self._follow_marker(info, markers.pop(0))
+                else:
+                    self.producers.update(info, info.base_offset, info.base_offset + info.last_offset_delta,
+                                          info.max_timestamp)
         return self.log_end_offset
 
     def _follow_marker(self, info, batch: bytes) -> None:
@@ -336,6 +340,7 @@ class Partition:
         self.log.truncate_to(offset)
         self.producers.rebuild(self.log)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.producers.first_unstable_offset(self.high_watermark)  # the replay lists every closed transaction
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)

@@ -37,6 +37,7 @@ RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 LOAD_YIELD_RECORDS = 1000
 END_TXN_COMPLETION_WAIT_S = 5.0
 COORDINATOR_LOAD_IN_PROGRESS = 14
+MAX_ID_BYTES = 0x7fff  # the state log key is an INT16-length STRING; flexible requests can carry more
 
 
 class TransactionCoordinator:
@@ -170,7 +171,13 @@ class TransactionCoordinator:
         value = None if t.state == S.DEAD else records.encode_value(records.TxnLogValue(
             t.producer_id, t.producer_epoch, t.timeout_ms, t.state.id, tuple(sorted(t.partitions)),
             t.last_update_ms, t.start_ms), empty=t.state == S.EMPTY)
-        error = await self.state_log.append(self.partition_for(tid), tid, value, WRITE_TIMEOUT_MS)
+        try:
+            error = await self.state_log.append(self.partition_for(tid), tid, value, WRITE_TIMEOUT_MS)
+        except Exception:  # never leave the id busy: the client retries the request
+            log.exception("writing %s of %s failed", t.state.label, tid)
+            if md.pending == t.state:
+                md.abandon()
+            raise
         if not self._still_current(md, coordinator_epoch):
             return NOT_COORDINATOR  # the partition moved (or was reloaded) meanwhile: memory is not ours
         if md.pending != t.state:
@@ -190,7 +197,7 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, tid: str, timeout_ms: int, expected) -> tuple[int, int, int]:
         """(error, producer id, epoch); ``expected`` is (producer id, epoch) from v3+ or None."""
-        if tid == "":
+        if tid == "" or len(tid.encode("utf-8")) > MAX_ID_BYTES:
             return INVALID_REQUEST, -1, -1
         if not self.valid_timeout(timeout_ms):
             return INVALID_TRANSACTION_TIMEOUT, -1, -1
