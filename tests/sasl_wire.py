@@ -89,7 +89,7 @@ def error_codes(obj, version: int) -> list:
         value = getattr(obj, name)
         if not low <= version <= high or value is None:
             continue
-        if name == "error_code":
+        if name == "error_code" or name.endswith("_error_code"):  # AddPartitionsToTxn: partition_error_code
             codes.append(value)
         elif kind.startswith("[]") and kind[2:3].isupper():
             for item in value:

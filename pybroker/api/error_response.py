@@ -100,6 +100,35 @@ def _describe_topic_partitions(cls, version, request, code, message):
                                                                 partitions=[]) for t in request.topics])
 
 
+# ---- transactions ----------------------------------------------------------------------------
+
+def _add_partitions_to_txn(cls, version, request, code, message):
+    if version >= 4:  # the brokers' batched form: one top-level error
+        return cls(error_code=code, results_by_transaction=[])
+    return cls(results_by_topic_v3_and_below=[cls.AddPartitionsToTxnTopicResult(
+        name=t.name, results_by_partition=[cls.AddPartitionsToTxnPartitionResult(
+            partition_index=i, partition_error_code=code) for i in t.partitions])
+        for t in request.v3_and_below_topics])
+
+
+def _write_txn_markers(cls, version, request, code, message):
+    return cls(markers=[cls.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+        cls.WritableTxnMarkerTopicResult(name=t.name, partitions=[cls.WritableTxnMarkerPartitionResult(
+            partition_index=i, error_code=code) for i in t.partition_indexes]) for t in m.topics])
+        for m in request.markers])
+
+
+def _txn_offset_commit(cls, version, request, code, message):
+    return cls(topics=[cls.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        cls.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+        for p in t.partitions]) for t in request.topics])
+
+
+def _describe_transactions(cls, version, request, code, message):
+    return cls(transaction_states=[cls.TransactionState(error_code=code, transactional_id=tid)
+                                   for tid in request.transactional_ids])
+
+
 # ---- groups ----------------------------------------------------------------------------------
 
 def _offset_commit(cls, version, request, code, message):
@@ -266,9 +295,11 @@ _BUILDERS = {
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 4: _leader_and_isr, 5: _stop_replica,
     8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator, 11: _join_group, 15: _describe_groups,
     17: _sasl_handshake, 18: _api_versions, 19: _create_topics, 20: _delete_topics, 21: _delete_records,
-    22: _init_producer_id, 23: _offset_for_leader_epoch, 30: _create_acls, 31: _delete_acls,
+    22: _init_producer_id, 23: _offset_for_leader_epoch, 24: _add_partitions_to_txn, 27: _write_txn_markers,
+    28: _txn_offset_commit, 30: _create_acls, 31: _delete_acls,
     32: _describe_configs, 33: _alter_configs, 37: _create_partitions, 42: _delete_groups, 43: _elect_leaders,
     44: _alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
     48: _describe_client_quotas, 49: _alter_client_quotas, 50: _describe_user_scram_credentials,
-    51: _alter_user_scram_credentials, 61: _describe_producers, 75: _describe_topic_partitions,
+    51: _alter_user_scram_credentials, 61: _describe_producers, 65: _describe_transactions,
+    75: _describe_topic_partitions,
 }
