@@ -1,5 +1,6 @@
 """EndTxn: commit or abort the producer's transaction (two-phase: PrepareCommit/PrepareAbort is
-written and replicated, then answered; markers and the Complete record follow). WRITE on the
+written and replicated, which decides it; the answer waits, bounded, for the markers and the Complete
+record, so the producer's next transaction finds the id free). WRITE on the
 transactional id is required; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2; v4
 (TRANSACTION_ABORTABLE) has v3's semantics here. v5 (KIP-890 part 2: an epoch bump per
 transaction) is not offered.
