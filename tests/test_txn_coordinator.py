@@ -34,7 +34,7 @@ from pybroker.records import Record, build_batch, decode_records
 from pybroker.transaction import records
 from pybroker.transaction.metadata import TxnState
 from tests.cluster import Cluster
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import ConnectionClosed, WireClient
 from tests.txn_brokers import PyBroker, start_target
 
 STATE_TOPIC = "__transaction_state"
@@ -455,16 +455,18 @@ def init_pid_with_long_id(c: WireClient, size: int):
     return response
 
 
-def test_transactional_id_too_long_to_store_is_refused_and_leaves_nothing_stuck(tmp_path):
-    """A flexible InitProducerId can carry an id longer than ``__transaction_state``'s INT16-length key."""
+def test_transactional_id_too_long_to_store_closes_the_connection_and_leaves_nothing_stuck(tmp_path):
+    """A flexible InitProducerId could carry an id longer than a string may be (and than
+    ``__transaction_state``'s INT16-length key): as Kafka's parser, the broker closes the connection."""
     broker = PyBroker(str(tmp_path)).start()
     try:
         c = WireClient(broker.port)
         for index in range(STATE_PARTITIONS):  # every state partition loaded, whichever the long id maps to
             wait_coordinator(c, next(f"p{i}" for i in range(1000) if offsets_partition(f"p{i}", STATE_PARTITIONS)
                                      == index))
-        for _ in range(2):  # the second answer shows that the first left no change pending
-            assert init_pid_with_long_id(c, 40000).error_code == INVALID_REQUEST
+        for _ in range(2):  # the second refusal shows that the first left nothing pending
+            with WireClient(broker.port) as refused, pytest.raises(ConnectionClosed):
+                init_pid_with_long_id(refused, 40000)
         assert init_pid(c, "z" * 32767, version=4).error_code == 0  # the longest storable id still works
         assert broker.alive()
         c.close()

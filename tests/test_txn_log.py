@@ -652,7 +652,9 @@ def test_followers_end_with_identical_txn_indexes(tmp_path, zookeeper):
         new = cluster.wait_for(lambda: (s := cluster.partition_state(TOPIC, 0)) and s["leader"] not in
                                (-1, state["leader"]) and s["leader"], 60, "a new leader")
         with WireClient(cluster.broker(new).port) as c:
-            r = cluster.wait_for(lambda: (x := fetch(c, TOPIC, 0, 0, 1)) and x.error_code == 0 and x, 60, "a fetch")
+            # its high watermark reaches the end once the dead leader left the ISR (replica.lag.time.max.ms)
+            r = cluster.wait_for(lambda: (x := fetch(c, TOPIC, 0, 0, 1)) and x.error_code == 0
+                                 and x.high_watermark == offset and x, 60, "the new leader's high watermark at the end")
             assert r.last_stable_offset == offset
             assert sorted((t.producer_id, t.first_offset) for t in r.aborted_transactions) == \
                 sorted((t.producer_id, t.first_offset) for t in model.collected(0, offset))
