@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 
 FIRST_METADATA_S = 30
+REREGISTER_ATTEMPTS = 10  # a second apart; a later CONNECTED starts over
 
 
 class ZooKeeperUnavailableError(BrokerError):
@@ -62,6 +63,7 @@ class Broker:
         self.metadata = MetadataCache()
         self.advertised_listener = None
         self._registered = False
+        self._reregistering = None  # the task registering a new ZooKeeper session
         self.metrics = BrokerMetrics() if config.metrics_listener else None  # pybroker/metrics; None: off
         self.metrics_server = None
         self.ready = False  # serving clients: what /health says
@@ -234,11 +236,18 @@ class Broker:
         log.info("broker %d registered in ZooKeeper (epoch %d)", self.node_id, self.broker_epoch)
 
     def _on_zk_state(self, state) -> None:
-        """kazoo thread: a lost session means other brokers may lead our partitions now."""
+        """kazoo thread: a lost session means other brokers may lead our partitions now.
+
+        Both events go through the loop, which runs them in order: a new session's CONNECTED
+        must see the registration the LOST before it dropped."""
         if state == "LOST":
             self.loop.call_soon_threadsafe(self._session_lost)
-        elif state == "CONNECTED" and not self._registered:
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reregister()))
+        elif state == "CONNECTED":
+            self.loop.call_soon_threadsafe(self._zk_connected)
+
+    def _zk_connected(self) -> None:
+        if not self._registered and self._reregistering is None:
+            self._reregistering = self.loop.create_task(self._reregister())
 
     def _session_lost(self) -> None:
         log.warning("ZooKeeper session lost: not acting as leader until the controller says so")
@@ -250,13 +259,24 @@ class Broker:
             self.zk_controller.enqueue("resign")
 
     async def _reregister(self) -> None:
+        """Register the new session, retrying until it works or the session is lost again."""
         try:
-            await self._register_in_zk()
+            for attempt in range(REREGISTER_ATTEMPTS):
+                if not self.zk.kazoo.connected:
+                    return  # the next CONNECTED starts over
+                try:
+                    await self._register_in_zk()
+                    break
+                except Exception:
+                    log.exception("re-registering in ZooKeeper failed (attempt %d)", attempt + 1)
+                    await asyncio.sleep(1)
+            else:
+                return
             self.zk_controller.enqueue("elect")
             if self.readiness == "ZooKeeper session lost":
                 self.ready, self.readiness = True, "ready"
-        except Exception:
-            log.exception("re-registering in ZooKeeper failed")
+        finally:
+            self._reregistering = None
 
     def _remove_stale_logs(self, topics, hosted) -> None:
         for topic, partition in list(self.log_manager.logs):  # data of topics deleted while we were away
