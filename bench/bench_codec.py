@@ -2,7 +2,8 @@
 
     python bench/bench_codec.py [--runs 7] [--min-time 0.2]
 
-decode_produce (ProduceRequest v8 body, 1 KiB batch per partition, topics x partitions):
+decode_produce (ProduceRequest v8 and v11 (flexible) bodies, 1 KiB batch per partition,
+topics x partitions):
   native     pybroker._native.kafka_codec.decode_produce
   pure       pybroker._pure.kafka_codec.decode_produce
   generated  ProduceRequest.decode (pybroker.protocol.messages, what the dispatcher runs today)
@@ -54,14 +55,16 @@ def per_call_us(fn, runs, min_time):
     return statistics.median(samples)
 
 
-def produce_frame(ntopics, nparts):
+def produce_frame(ntopics, nparts, version=8):
     batch = bytes(1024)
     req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         ProduceRequest.TopicProduceData(name=f"topic-{t}", partition_data=[
             ProduceRequest.PartitionProduceData(index=p, records=batch) for p in range(nparts)])
         for t in range(ntopics)])
-    head = b"\x00\x00\x00\x08\x00\x00\x00\x01\x00\x06client"  # RequestHeader v1
-    return memoryview(bytearray(head + req.to_bytes(8))), len(head)
+    head = b"\x00\x00" + version.to_bytes(2, "big") + b"\x00\x00\x00\x01\x00\x06client"  # RequestHeader v1
+    if version >= 9:
+        head += b"\x00"  # RequestHeader v2: no tagged fields
+    return memoryview(bytearray(head + req.to_bytes(version))), len(head)
 
 
 @dataclass
@@ -92,13 +95,14 @@ def main():
     args = ap.parse_args()
     native, pure = load("native"), load("pure")
     rows = []
-    for ntopics, nparts in ((1, 1), (1, 10), (10, 10)):
-        frame, pos = produce_frame(ntopics, nparts)
-        assert native.decode_produce(frame, pos, 8) == pure.decode_produce(frame, pos, 8)
-        cells = [per_call_us(lambda m=m: m.decode_produce(frame, pos, 8), args.runs, args.min_time)
-                 for m in (native, pure)]
-        cells.append(per_call_us(lambda: ProduceRequest.decode(frame, pos, 8), args.runs, args.min_time))
-        rows.append((f"decode_produce {ntopics}x{nparts} x 1 KiB", "generated", *cells))
+    for version in (8, 11):
+        for ntopics, nparts in ((1, 1), (1, 10), (10, 10)):
+            frame, pos = produce_frame(ntopics, nparts, version)
+            assert native.decode_produce(frame, pos, version) == pure.decode_produce(frame, pos, version)
+            cells = [per_call_us(lambda m=m: m.decode_produce(frame, pos, version), args.runs, args.min_time)
+                     for m in (native, pure)]
+            cells.append(per_call_us(lambda: ProduceRequest.decode(frame, pos, version), args.runs, args.min_time))
+            rows.append((f"decode_produce v{version} {ntopics}x{nparts} x 1 KiB", "generated", *cells))
     for nparts in (1, 16):
         topics, results = fetch_case(nparts)
         cells = [per_call_us(lambda m=m: m.encode_fetch(11, topics, results, False), args.runs, args.min_time)

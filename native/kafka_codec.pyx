@@ -12,11 +12,12 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, int16_t,
-                          int32_t, int64_t, uint8_t, uint32_t)
+                          int32_t, int64_t, uint8_t, uint32_t, uint64_t)
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
-from pybroker.contracts.kafka_codec import (FETCH_MAX_VERSION, FETCH_MIN_VERSION, PRODUCE_MAX_VERSION,
+from pybroker.contracts.kafka_codec import (FETCH_MAX_VERSION, FETCH_MIN_VERSION, MAX_STRING,
+                                            PRODUCE_FIRST_FLEXIBLE_VERSION, PRODUCE_MAX_VERSION,
                                             PRODUCE_MIN_VERSION, DecodeError, EncodeError,
                                             PartitionData, ProduceData, TopicData,
                                             UnsupportedVersionError)
@@ -109,8 +110,125 @@ cdef Py_ssize_t _count(Reader *r, what, Py_ssize_t elem_min) except -1:
     return <Py_ssize_t>n
 
 
+# Flexible versions (v9+): compact strings/arrays/records and tagged fields. ``what`` names the
+# field in error messages; callers pass literals so no text is built unless there is an error.
+
+cdef int64_t _uvarint(Reader *r, what) except -1:
+    """An unsigned varint of at most 5 bytes and 32 bits at r.pos; advances r.pos."""
+    cdef Py_ssize_t start = r.pos
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    if r.pos < r.end and r.p[r.pos] < 0x80:  # the usual one-byte case
+        r.pos += 1
+        return r.p[r.pos - 1]
+    for shift in range(0, 35, 7):
+        if r.pos >= r.end:
+            raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {start} is a truncated varint")
+        b = r.p[r.pos]
+        r.pos += 1
+        value |= <uint64_t>(b & 0x7F) << shift
+        if b < 0x80:
+            if value > <uint64_t>0xFFFFFFFF:
+                raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {start} is a varint over 32 bits")
+            return <int64_t>value
+    raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {start} is a varint longer than 5 bytes")
+
+
+cdef object _compact_string(Reader *r, what, bint nullable):
+    """A compact string (uvarint length + 1, 0 = null) at r.pos; advances r.pos."""
+    cdef Py_ssize_t start = r.pos
+    cdef int64_t n = _uvarint(r, what)
+    if n == 0:
+        if nullable:
+            return None
+        raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {start} is null")
+    n -= 1
+    if n > MAX_STRING:
+        raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {r.pos} has length {n}, "
+                          f"over {MAX_STRING}")
+    if r.end - r.pos < n:
+        raise _short(r, what, n)
+    try:
+        s = PyUnicode_DecodeUTF8(<const char *>r.p + r.pos, n, NULL)
+    except UnicodeDecodeError:
+        raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {r.pos} is not valid UTF-8") from None
+    r.pos += n
+    return s
+
+
+cdef Py_ssize_t _compact_count(Reader *r, what, int64_t elem_min) except -1:
+    """A non-nullable compact array count, refused when even minimal elements could not fit."""
+    cdef Py_ssize_t start = r.pos
+    cdef int64_t n = _uvarint(r, what)
+    if n == 0:
+        raise DecodeError(f"ProduceRequest v{r.version}: {what} at offset {start} is null")
+    n -= 1
+    if n * elem_min > r.end - r.pos:
+        raise DecodeError(f"ProduceRequest v{r.version}: {what} {n} at offset {start} exceeds the "
+                          f"{r.end - r.pos} bytes left")
+    return <Py_ssize_t>n
+
+
+cdef int _skip_tags(Reader *r, what) except -1:
+    """Past a tagged-field section: Produce requests define no tags, so each is skipped."""
+    cdef int64_t n, i, size
+    if r.pos < r.end and r.p[r.pos] == 0:  # the usual empty section
+        r.pos += 1
+        return 0
+    n = _uvarint(r, what)
+    if 2 * n > r.end - r.pos:  # each field takes at least its tag and size bytes
+        raise DecodeError(f"ProduceRequest v{r.version}: {n} {what} at offset {r.pos} exceed the "
+                          f"{r.end - r.pos} bytes left")
+    for i in range(n):
+        _uvarint(r, what)
+        size = _uvarint(r, what)
+        if r.end - r.pos < size:
+            raise _short(r, what, size)
+        r.pos += size
+    return 0
+
+
+cdef object _decode_flexible(Reader *r, frame):
+    cdef Py_ssize_t ntopics, nparts, t, k
+    cdef int32_t index
+    cdef int64_t n
+    transactional_id = _compact_string(r, "transactional_id", True)
+    if r.end - r.pos < 6:
+        raise _short(r, "acks and timeout_ms", 6)
+    acks = _be16s(r.p + r.pos)
+    timeout_ms = <int32_t>_be32(r.p + r.pos + 2)
+    r.pos += 6
+    ntopics = _compact_count(r, "topic count", 3)  # name + partition count + tags
+    topics = []
+    for t in range(ntopics):
+        name = _compact_string(r, "topic name", False)
+        nparts = _compact_count(r, "partition count", 6)  # index + records length + tags
+        parts = []
+        for k in range(nparts):
+            if r.end - r.pos < 4:
+                raise _short(r, "partition index", 4)
+            index = <int32_t>_be32(r.p + r.pos)
+            r.pos += 4
+            n = _uvarint(r, "records")
+            if n == 0:
+                records = None
+            else:
+                n -= 1
+                if r.end - r.pos < n:
+                    raise _short(r, "records", n)
+                records = frame[r.pos:r.pos + n]
+                r.pos += n
+            _skip_tags(r, "partition tagged fields")
+            parts.append(pb_tuple2(_PartitionData, index, records))
+        _skip_tags(r, "topic tagged fields")
+        topics.append(pb_tuple2(_TopicData, name, parts))
+    _skip_tags(r, "request tagged fields")
+    return pb_tuple4(_ProduceData, transactional_id, acks, timeout_ms, topics)
+
+
 def decode_produce(frame, pos, version):
-    """ProduceRequest v3-v8 body at ``pos`` of ``frame`` -> ProduceData (records zero-copy)."""
+    """ProduceRequest v3-v11 body at ``pos`` of ``frame`` -> ProduceData (records zero-copy)."""
     cdef Py_buffer view
     cdef Reader r
     cdef Py_ssize_t ntopics, nparts, t, k
@@ -130,6 +248,8 @@ def decode_produce(frame, pos, version):
             raise DecodeError(f"ProduceRequest v{version}: body offset {pos} is outside the "
                               f"{r.end}-byte frame")
         r.pos = pos
+        if version >= PRODUCE_FIRST_FLEXIBLE_VERSION:
+            return _decode_flexible(&r, frame)
         transactional_id = _string(&r, "transactional_id", True)
         if r.end - r.pos < 6:
             raise _short(&r, "acks and timeout_ms", 6)
@@ -238,17 +358,163 @@ cdef bytes _topic_name(name):
 
 
 cdef enum:
-    PART_MAX = 48  # largest fixed part of one partition (v11)
+    PART_MAX = 48  # largest fixed part of one partition (v11; flexible v12+: 44)
+    TAGS_MAX = 32  # a partition's tagged fields: count, diverging_epoch (15), current_leader (11)
+    FIRST_FLEXIBLE = 12
+    FIRST_TOPIC_ID = 13
+    FIRST_NODE_ENDPOINTS = 16
 
 
-def encode_fetch(version, topics, results, committed_only):
-    """FetchResponse v4-v11 body as [bytes, slice, bytes, slice, ..., bytes?] (see the contract)."""
+cdef inline void _putuv(Out *o, uint32_t v) noexcept:
+    """An unsigned varint (at most 5 bytes: the caller reserved them)."""
+    while v >= 0x80:
+        o.p[o.n] = <uint8_t>(v | 0x80)
+        o.n += 1
+        v >>= 7
+    o.p[o.n] = <uint8_t>v
+    o.n += 1
+
+
+cdef bytes _topic_id(tid):
+    """16 bytes of a topic id given as a uuid.UUID or 16 bytes."""
+    if type(tid) is bytes and len(<bytes>tid) == 16:
+        return tid
+    try:
+        b = tid.bytes
+    except AttributeError:
+        raise EncodeError(f"FetchResponse: topic id must be a UUID or 16 bytes, not {type(tid).__name__}") from None
+    if type(b) is not bytes or len(<bytes>b) != 16:
+        raise EncodeError(f"FetchResponse: topic id must be a UUID or 16 bytes, not {type(tid).__name__}")
+    return b
+
+
+cdef int _put_topic(Out *o, t, int v) except -1:
+    """The topic's name (v4-v12) or id (v13+)."""
+    cdef Py_ssize_t n
+    if v >= FIRST_TOPIC_ID:
+        b = _topic_id(t.topic_id)
+        _reserve(o, 16)
+        memcpy(o.p + o.n, <const char *>b, 16)
+        o.n += 16
+        return 0
+    b = _topic_name(t.topic)
+    n = len(<bytes>b)
+    _reserve(o, 5 + n)
+    if v >= FIRST_FLEXIBLE:
+        _putuv(o, <uint32_t>(n + 1))
+    else:
+        _put16(o, n)
+    memcpy(o.p + o.n, <const char *>b, n)
+    o.n += n
+    return 0
+
+
+cdef int _put_tags(Out *o, r) except -1:
+    """A partition's tagged fields (v12+): diverging_epoch (tag 0) and current_leader (tag 1) when set."""
+    cdef int64_t a, b
+    diverging = r.diverging_epoch
+    leader = r.current_leader
+    _reserve(o, TAGS_MAX)
+    o.p[o.n] = (diverging is not None) + (leader is not None)
+    o.n += 1
+    if diverging is not None:
+        de, dend = diverging
+        a = _int(de, INT32_MIN, INT32_MAX, "diverging epoch")
+        b = _int(dend, INT64_MIN, INT64_MAX, "diverging end offset")
+        o.p[o.n] = 0  # tag
+        o.p[o.n + 1] = 13  # size: epoch, end offset, empty tagged fields
+        o.n += 2
+        _put32(o, a)
+        _put64(o, b)
+        o.p[o.n] = 0
+        o.n += 1
+    if leader is not None:
+        lid, lepoch = leader
+        a = _int(lid, INT32_MIN, INT32_MAX, "current leader id")
+        b = _int(lepoch, INT32_MIN, INT32_MAX, "current leader epoch")
+        o.p[o.n] = 1
+        o.p[o.n + 1] = 9  # size: leader id, leader epoch, empty tagged fields
+        o.n += 2
+        _put32(o, a)
+        _put32(o, b)
+        o.p[o.n] = 0
+        o.n += 1
+    return 0
+
+
+cdef inline Py_ssize_t _uvlen(Py_ssize_t v) noexcept:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef bytes _utf8(s, what, bint nullable):
+    if s is None and nullable:
+        return None
+    if type(s) is not str:
+        raise EncodeError(f"FetchResponse: {what} must be a str, not {type(s).__name__}")
+    b = _topic_name(s)  # same checks: UTF-8, at most 32767 bytes
+    return b
+
+
+cdef int _put_node_endpoints(Out *o, endpoints) except -1:
+    """The response's tagged fields (v12+): node_endpoints (tag 0, v16+) when there are any:
+    (node id, host, port, rack or None) tuples."""
+    cdef Py_ssize_t size, n
+    cdef int64_t node_id, port
+    if not endpoints:
+        _reserve(o, 1)
+        o.p[o.n] = 0
+        o.n += 1
+        return 0
+    rows = []
+    size = _uvlen(len(endpoints) + 1)
+    for e in endpoints:
+        nid, host, nport, rack = e
+        node_id = _int(nid, INT32_MIN, INT32_MAX, "node id")
+        port = _int(nport, INT32_MIN, INT32_MAX, "node port")
+        h = _utf8(host, "node host", False)
+        rb = _utf8(rack, "node rack", True)
+        rows.append((node_id, h, port, rb))
+        size += 4 + _uvlen(len(h) + 1) + len(h) + 4 + 1
+        size += 1 if rb is None else _uvlen(len(rb) + 1) + len(rb)
+    _reserve(o, 2 + 5 + size)
+    o.p[o.n] = 1  # one tagged field
+    o.p[o.n + 1] = 0  # tag 0
+    o.n += 2
+    _putuv(o, <uint32_t>size)
+    _putuv(o, <uint32_t>(len(rows) + 1))
+    for node_id, h, port, rb in rows:
+        _put32(o, node_id)
+        n = len(<bytes>h)
+        _putuv(o, <uint32_t>(n + 1))
+        memcpy(o.p + o.n, <const char *>h, n)
+        o.n += n
+        _put32(o, port)
+        if rb is None:
+            o.p[o.n] = 0
+            o.n += 1
+        else:
+            n = len(<bytes>rb)
+            _putuv(o, <uint32_t>(n + 1))
+            memcpy(o.p + o.n, <const char *>rb, n)
+            o.n += n
+        o.p[o.n] = 0  # the endpoint's tagged fields
+        o.n += 1
+    return 0
+
+
+def encode_fetch(version, topics, results, committed_only, session_id=0, error_code=0, node_endpoints=None):
+    """FetchResponse v4-v17 body as [bytes, slice, bytes, slice, ..., bytes?] (see the contract)."""
     cdef Out o
     cdef Py_ssize_t total = 0, k = 0, nres, i
-    cdef int64_t partition, error, hw, lso, lstart = 0, length, pid, first
+    cdef int64_t partition, error, hw, lso, lstart = 0, length, pid, first, sid, top_error
     cdef int32_t aborted
     cdef Py_ssize_t ntxns
     cdef bint committed = bool(committed_only)
+    cdef bint flexible
     cdef int v
     if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
         raise EncodeError(f"FetchResponse: version {version} is not supported "
@@ -259,25 +525,31 @@ def encode_fetch(version, topics, results, committed_only):
     if total != nres:
         raise EncodeError(f"FetchResponse: {nres} results for {total} requested partitions")
     v = version
+    flexible = v >= FIRST_FLEXIBLE
+    sid = _int(session_id, INT32_MIN, INT32_MAX, "session id")
+    top_error = _int(error_code, INT16_MIN, INT16_MAX, "error code")
     aborted = 0 if committed else -1  # empty array / null (read_uncommitted), unless aborted transactions follow
     out = []
     o.p = NULL
     o.n = o.cap = 0
     try:
-        _reserve(&o, 14)
+        _reserve(&o, 16)
         _put32(&o, 0)  # throttle_time_ms
         if v >= 7:
-            _put16(&o, 0)  # error_code
-            _put32(&o, 0)  # session_id
-        _put32(&o, len(topics))
+            _put16(&o, top_error)
+            _put32(&o, sid)
+        if flexible:
+            _putuv(&o, <uint32_t>(len(topics) + 1))
+        else:
+            _put32(&o, len(topics))
         for t in topics:
-            name = _topic_name(t.topic)
+            _put_topic(&o, t, v)
             parts = t.partitions
-            _reserve(&o, 6 + len(<bytes>name))
-            _put16(&o, len(<bytes>name))
-            memcpy(o.p + o.n, <const char *>name, len(<bytes>name))
-            o.n += len(<bytes>name)
-            _put32(&o, len(parts))
+            _reserve(&o, 5)
+            if flexible:
+                _putuv(&o, <uint32_t>(len(parts) + 1))
+            else:
+                _put32(&o, len(parts))
             for p in parts:
                 r = results[k]
                 k += 1
@@ -299,23 +571,43 @@ def encode_fetch(version, topics, results, committed_only):
                 txns = r.aborted_transactions if committed else None
                 if txns:  # read_committed: (producer id, first offset) of each aborted transaction
                     ntxns = len(txns)
-                    _put32(&o, ntxns)
+                    if flexible:
+                        _putuv(&o, <uint32_t>(ntxns + 1))
+                    else:
+                        _put32(&o, ntxns)
                     for txn in txns:
                         tpid, tfirst = txn
                         pid = _int(tpid, INT64_MIN, INT64_MAX, "aborted producer id")
                         first = _int(tfirst, INT64_MIN, INT64_MAX, "aborted first offset")
-                        _reserve(&o, 16 + PART_MAX)
+                        _reserve(&o, 17 + PART_MAX)
                         _put64(&o, pid)
                         _put64(&o, first)
+                        if flexible:
+                            o.p[o.n] = 0  # the entry's tagged fields
+                            o.n += 1
+                elif flexible:
+                    o.p[o.n] = 1 if committed else 0  # compact: empty array / null
+                    o.n += 1
                 else:
                     _put32(&o, aborted)
                 if v >= 11:
                     _put32(&o, -1)  # preferred read replica
-                _put32(&o, length)
+                if flexible:
+                    _putuv(&o, <uint32_t>(length + 1))
+                else:
+                    _put32(&o, length)
                 if records is not None:
                     out.append(PyBytes_FromStringAndSize(<const char *>o.p, o.n))
                     out.append(records)
                     o.n = 0
+                if flexible:
+                    _put_tags(&o, r)
+            if flexible:
+                _reserve(&o, 1)
+                o.p[o.n] = 0  # the topic's tagged fields
+                o.n += 1
+        if flexible:
+            _put_node_endpoints(&o, node_endpoints if v >= FIRST_NODE_ENDPOINTS else None)
         if o.n:
             out.append(PyBytes_FromStringAndSize(<const char *>o.p, o.n))
         return out

@@ -25,6 +25,7 @@ from pybroker.log.cleaner import CleanerSettings
 from pybroker.log.config import LogConfig
 from pybroker.metrics import BrokerMetrics
 from pybroker.net.server import Server
+from pybroker.replica.fetch_sessions import FetchSessionCache
 from pybroker.replica.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Broker:
         self._signalled = asyncio.Event()  # set once a signal's controlled shutdown is over
         self._on_signal_task = None
         self.metadata = MetadataCache()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)  # KIP-227
         self.advertised_listener = None
         self._registered = False
         self._reregistering = None  # the task registering a new ZooKeeper session

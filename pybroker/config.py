@@ -84,6 +84,9 @@ _INTS = {
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
     "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
+    "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", 1, INT_MAX),  # KIP-848 groups
+    "group.consumer.heartbeat.interval.ms": ("group_consumer_heartbeat_interval_ms", 1, INT_MAX),
+    "group.consumer.max.size": ("group_consumer_max_size", 1, INT_MAX),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
     "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),
     "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", 1, 32767),
@@ -102,6 +105,7 @@ _INTS = {
     "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 1, INT_MAX),
     "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, INT_MAX),
     "num.replica.fetchers": ("num_replica_fetchers", 1, INT_MAX),
+    "max.incremental.fetch.session.cache.slots": ("max_incremental_fetch_session_cache_slots", 0, INT_MAX),
     "replica.socket.timeout.ms": ("replica_socket_timeout_ms", 1, INT_MAX),
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", 0, INT_MAX),
@@ -154,7 +158,8 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
-            "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name", "super.users")
+            "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name", "super.users",
+            "group.consumer.assignors")
 SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
@@ -202,6 +207,10 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     group_initial_rebalance_delay_ms: int = 3000
+    group_consumer_session_timeout_ms: int = 45000  # consumer groups (KIP-848): pybroker/coordinator/consumer_*.py
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = INT_MAX
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     offsets_topic_replication_factor: int = 3
     transaction_state_log_num_partitions: int = 50  # the transaction coordinator (pybroker/transaction)
     transaction_state_log_replication_factor: int = 3
@@ -219,6 +228,7 @@ class BrokerConfig:
     replica_fetch_min_bytes: int = 1
     replica_fetch_backoff_ms: int = 1000
     num_replica_fetchers: int = 1
+    max_incremental_fetch_session_cache_slots: int = 1000  # fetch sessions (KIP-227)
     replica_socket_timeout_ms: int = 30000
     controller_socket_timeout_ms: int = 30000
     controlled_shutdown_max_retries: int = 3
@@ -370,6 +380,7 @@ class BrokerConfig:
             values["inter_broker_listener_name"] = name
         values["log"] = _log_config(raw)
         _authorizer(raw, values)
+        _consumer_groups(raw, values)
         values["sasl"] = _sasl(raw, listeners, values)
         return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
 
@@ -408,6 +419,7 @@ class BrokerConfig:
         put("max.connections.per.ip.overrides", raw.get("max.connections.per.ip.overrides", ""))
         put("authorizer.class.name", self.authorizer_class_name)
         put("super.users", raw.get("super.users") or None)
+        put("group.consumer.assignors", ",".join(self.group_consumer_assignors))
         lc = self.log
         for name, key in _BROKER_LOG_NAMES.items():
             value = getattr(lc, name)
@@ -634,6 +646,23 @@ def _authorizer(raw: Mapping[str, str], values: dict) -> None:
             raise ConfigError(f"super.users: bad principal {user!r}: expected Type:name, e.g. User:admin",
                               "super.users")
     values["super_users"] = users
+
+
+def _consumer_groups(raw: Mapping[str, str], values: dict) -> None:
+    """group.consumer.assignors (names or Kafka's class names) and the heartbeat < session timeout rule."""
+    from pybroker.coordinator.assignors_server import assignor_name
+    if "group.consumer.assignors" in raw:
+        names = [n for n in raw["group.consumer.assignors"].split(",") if n.strip()]
+        found = [assignor_name(n) for n in names]
+        if not names or None in found:
+            raise ConfigError(f"group.consumer.assignors={raw['group.consumer.assignors']!r}: expected a list of "
+                              "uniform, range", "group.consumer.assignors")
+        values["group_consumer_assignors"] = tuple(dict.fromkeys(found))
+    heartbeat = values.get("group_consumer_heartbeat_interval_ms", 5000)
+    session = values.get("group_consumer_session_timeout_ms", 45000)
+    if heartbeat >= session:
+        raise ConfigError(f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than "
+                          f"group.consumer.session.timeout.ms ({session})", "group.consumer.heartbeat.interval.ms")
 
 
 def _log_config(raw: Mapping[str, str]) -> LogConfig:

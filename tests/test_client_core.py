@@ -132,7 +132,8 @@ def test_pipelined_requests_are_matched(broker):
             elif kind == 1:
                 reqs.append((kind, name, conn.request(list_offsets_request(name, [0]), lv)))
             else:
-                reqs.append((kind, name, conn.request(REQUESTS[API_VERSIONS](), av)))
+                reqs.append((kind, name, conn.request(REQUESTS[API_VERSIONS](  # v3+ needs valid names, as in Kafka
+                    client_software_name="core-test", client_software_version="1"), av)))
         assert conn.in_flight > 1
         results = await asyncio.gather(*(r[2] for r in reqs))
         for (kind, name, _), body in zip(reqs, results):
@@ -301,7 +302,8 @@ def test_metadata_refresh(broker):
         assert (await cluster.connection(leader)).node_id == leader
         # a deleted topic disappears on the next refresh
         api = REQUESTS[20]
-        resp = await conn.request(api(topic_names=["n"], timeout_ms=10000), conn.version(20, 1, 6))
+        resp = await conn.request(api(topic_names=["n"], topics=[api.DeleteTopicState(name="n")],  # v6: topics
+                                      timeout_ms=10000), conn.version(20, 1, 6))
         assert resp.responses[0].error_code == 0
         await cluster.refresh(["n"])
         assert cluster.partitions_for("n") is None

@@ -11,6 +11,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -99,14 +100,17 @@ def decode_all(frame, pos, version):
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 records = st.none() | st.binary(max_size=80)
+# unknown tagged fields (written by flexible versions only): the decoders must skip them
+tags = st.none() | st.lists(st.tuples(st.integers(0, 2**31 - 1), st.binary(max_size=140)), max_size=3).map(
+    lambda fields: sorted(fields, key=lambda f: f[0]) or None)
 partitions = st.builds(ProduceRequest.PartitionProduceData, index=st.integers(-2**31, 2**31 - 1),
-                       records=records)
+                       records=records, _unknown_tagged=tags)
 topics = st.builds(ProduceRequest.TopicProduceData, name=names,
-                   partition_data=st.lists(partitions, max_size=4))
+                   partition_data=st.lists(partitions, max_size=4), _unknown_tagged=tags)
 requests = st.builds(ProduceRequest, transactional_id=st.none() | names,
                      acks=st.integers(-2**15, 2**15 - 1), timeout_ms=st.integers(-2**31, 2**31 - 1),
-                     topic_data=st.lists(topics, max_size=4))
-versions = st.integers(3, 8)
+                     topic_data=st.lists(topics, max_size=4), _unknown_tagged=tags)
+versions = st.integers(3, 11)
 
 
 @st.composite
@@ -200,7 +204,7 @@ def test_hostile_messages(codec, frame, message):
 def test_bad_arguments(codec):
     good = memoryview(ProduceRequest(topic_data=[]).to_bytes(3))
     with pytest.raises(UnsupportedVersionError):
-        codec.decode_produce(good, 0, 9)
+        codec.decode_produce(good, 0, 12)
     for version in (2, 2**40):
         with pytest.raises(UnsupportedVersionError):
             codec.decode_produce(good, 0, version)
@@ -263,7 +267,8 @@ CONFLUENT_V8 = bytes.fromhex(
 
 
 def header_and_body(frame):
-    header, pos = RequestHeader.decode(frame, 0, 1)
+    version = struct.unpack_from(">h", frame, 2)[0]
+    header, pos = RequestHeader.decode(frame, 0, 2 if version >= 9 else 1)  # flexible: header v2
     assert header.request_api_key == 0
     return header, pos
 
@@ -411,7 +416,7 @@ def test_live_capture_real_clients(proxied_broker):
     for raw in frames:
         frame = memoryview(bytearray(raw))
         header, pos = header_and_body(frame)
-        assert 7 <= header.request_api_version <= 8
+        assert 7 <= header.request_api_version <= 11
         data = decode_all(frame, pos, header.request_api_version)
         seen.update((header.client_id, t.name, p.index) for t in data.topics for p in t.partitions)
     assert {(name, part) for _, name, part in seen} == {("live", i) for i in range(3)}
@@ -438,6 +443,8 @@ class Result:
     log_start_offset: int = -1
     records: object = None
     aborted_transactions: list | None = None  # read_committed only: (producer id, first offset) pairs
+    diverging_epoch: tuple | None = None  # v12+: (epoch, end offset)
+    current_leader: tuple | None = None  # v12+: (leader id, leader epoch)
 
 
 i16 = st.integers(-2**15, 2**15 - 1)
@@ -545,9 +552,9 @@ TOPIC1 = [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchParti
 
 
 @pytest.mark.parametrize("version, topics, results, message", [
-    (3, TOPIC1, [Result()], "FetchResponse: version 3 is not supported (4-11)"),
-    (12, TOPIC1, [Result()], "FetchResponse: version 12 is not supported (4-11)"),
-    (2**40, TOPIC1, [Result()], f"FetchResponse: version {2**40} is not supported (4-11)"),
+    (3, TOPIC1, [Result()], "FetchResponse: version 3 is not supported (4-17)"),
+    (18, TOPIC1, [Result()], "FetchResponse: version 18 is not supported (4-17)"),
+    (2**40, TOPIC1, [Result()], f"FetchResponse: version {2**40} is not supported (4-17)"),
     (4, TOPIC1, [], "FetchResponse: 0 results for 1 requested partitions"),
     (4, TOPIC1, [Result(), Result()], "FetchResponse: 2 results for 1 requested partitions"),
     (4, TOPIC1, [Result(error=40000)], "FetchResponse: error code 40000 is out of range [-32768, 32767]"),
@@ -586,3 +593,107 @@ def test_fetch_bad_slices():
     missing = _fetch_error(NATIVE, 4, TOPIC1, [Result(records=NoLength())])
     assert missing[0] is AttributeError
     assert _fetch_error(PURE, 4, TOPIC1, [Result(records=NoLength())]) == missing
+
+
+# ---- fetch encode, flexible versions (v12-v17) ---------------------------------------------------
+
+def generated_fetch(version, topics, results, committed_only, session_id=0, error_code=0, endpoints=()):
+    """The generated codec's encoding of the same response (empty records for None, as we send)."""
+    FR = FetchResponse
+    it = iter(results)
+    resp = FR(throttle_time_ms=0, error_code=error_code, session_id=session_id, responses=[
+        FR.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
+            FR.PartitionData(
+                partition_index=p.partition, error_code=r.error, high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                diverging_epoch=FR.EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
+                if r.diverging_epoch else FR.EpochEndOffset(),
+                current_leader=FR.LeaderIdAndEpoch(leader_id=r.current_leader[0], leader_epoch=r.current_leader[1])
+                if r.current_leader else FR.LeaderIdAndEpoch(),
+                aborted_transactions=[FR.AbortedTransaction(producer_id=a, first_offset=b)
+                                      for a, b in (r.aborted_transactions or ())] if committed_only else None,
+                preferred_read_replica=-1, records=b"" if r.records is None else r.records.data)
+            for p, r in zip(t.partitions, it)]) for t in topics],
+        node_endpoints=[FR.NodeEndpoint(node_id=a, host=b, port=c, rack=d) for a, b, c, d in endpoints]
+        if version >= 16 else [])
+    out = bytearray()
+    resp.encode(version, out)
+    return bytes(out)
+
+
+def wire_of(parts):
+    return b"".join(x if type(x) is bytes else x.data for x in parts)
+
+
+uuids = st.builds(uuid.UUID, int=st.integers(0, 2**128 - 1))
+flex_topics = st.lists(st.builds(FetchRequest.FetchTopic, topic=names, topic_id=uuids, partitions=st.lists(
+    st.builds(FetchRequest.FetchPartition, partition=i32), max_size=5)), max_size=4)
+pairs32 = st.none() | st.tuples(i32, i32)
+diverging = st.none() | st.tuples(i32, i64)
+endpoint_lists = st.lists(st.tuples(i32, names, i32, st.none() | names), max_size=3)
+
+
+@st.composite
+def flexible_cases(draw):
+    topics = draw(flex_topics)
+    n = sum(len(t.partitions) for t in topics)
+    results = [draw(st.builds(Result, i16, i64, i64, i64, slices, aborted_lists, diverging, pairs32))
+               for _ in range(n)]
+    return (draw(st.integers(12, 17)), topics, results, draw(st.booleans()), draw(i32), draw(i16),
+            draw(endpoint_lists))
+
+
+@SETTINGS
+@given(flexible_cases())
+def test_fetch_flexible_identical_to_generated(case):
+    version, topics, results, committed_only, session_id, error_code, endpoints = case
+    expected = generated_fetch(version, topics, results, committed_only, session_id, error_code, endpoints)
+    outs = [impl.encode_fetch(version, topics, results, committed_only, session_id, error_code, endpoints)
+            for impl in (NATIVE, PURE)]
+    assert wire_of(outs[0]) == expected
+    assert outs[0] == outs[1]
+    for parts in outs:
+        assert wire_of(parts) == expected
+        assert all(type(x) is bytes for x in parts[::2]) and all(type(x) is Slice for x in parts[1::2])
+    resp, end = FetchResponse.decode(memoryview(expected), 0, version)
+    assert end == len(expected) and resp.session_id == session_id
+
+
+def test_fetch_flexible_examples(codec):
+    """Slices stay whole; the tagged fields after a slice open the next bytes part; v13+ writes ids."""
+    tid = uuid.uuid4()
+    topics = [FetchRequest.FetchTopic(topic="t", topic_id=tid, partitions=[FetchRequest.FetchPartition(partition=i)
+                                                                          for i in range(2)])]
+    a = Slice(b"x" * 7)
+    results = [Result(0, 10, 10, 0, a, diverging_epoch=(3, 9)), Result(6, -1, -1, -1, current_leader=(2, 5))]
+    for version in range(12, 18):
+        parts = codec.encode_fetch(version, topics, results, False, 123, 0, [(2, "h", 9092, None)])
+        assert parts[1] is a and len(parts) == 3
+        assert parts[2].startswith(b"\x01\x00\x0d" + struct.pack(">iq", 3, 9) + b"\x00")  # diverging_epoch
+        assert (tid.bytes in parts[0]) == (version >= 13) and (b"\x02t" in parts[0]) == (version == 12)
+        resp, _ = FetchResponse.decode(memoryview(wire_of(parts)), 0, version)
+        assert resp.session_id == 123
+        assert [n.node_id for n in resp.node_endpoints] == ([2] if version >= 16 else [])
+        p0, p1 = resp.responses[0].partitions
+        assert (p0.diverging_epoch.epoch, p0.diverging_epoch.end_offset) == (3, 9)
+        assert (p1.current_leader.leader_id, p1.current_leader.leader_epoch) == (2, 5)
+        assert bytes(p0.records) == a.data and bytes(p1.records) == b""
+    assert codec.encode_fetch(12, [], [], False, 0, 70) == [struct.pack(">ihi", 0, 70, 0) + b"\x01\x00"]
+
+
+@pytest.mark.parametrize("version, topics, results, kwargs, message", [
+    (13, [FetchRequest.FetchTopic(topic_id="x", partitions=[])], [], {},
+     "FetchResponse: topic id must be a UUID or 16 bytes, not str"),
+    (12, TOPIC1, [Result(diverging_epoch=(2**31, 0))], {},
+     f"FetchResponse: diverging epoch {2**31} is out of range [{-2**31}, {2**31 - 1}]"),
+    (12, TOPIC1, [Result(current_leader=(1, "e"))], {}, "FetchResponse: current leader epoch must be an integer, not str"),
+    (12, TOPIC1, [Result()], {"session_id": 2**31}, f"FetchResponse: session id {2**31} is out of range [{-2**31}, {2**31 - 1}]"),
+    (7, TOPIC1, [Result()], {"error_code": 1.0}, "FetchResponse: error code must be an integer, not float"),
+    (16, TOPIC1, [Result()], {"node_endpoints": [(1, "h", 2**40, None)]},
+     f"FetchResponse: node port {2**40} is out of range [{-2**31}, {2**31 - 1}]"),
+])
+def test_fetch_flexible_errors(version, topics, results, kwargs, message):
+    for impl in (NATIVE, PURE):
+        with pytest.raises(EncodeError) as exc:
+            impl.encode_fetch(version, topics, results, False, **kwargs)
+        assert str(exc.value) == message

@@ -37,4 +37,7 @@ MODULES += (txn_offset_commit,)
 from pybroker.api import write_txn_markers  # noqa: E402  (transaction markers: pybroker/replica)
 
 MODULES += (write_txn_markers,)
+from pybroker.api import consumer_group_describe, consumer_group_heartbeat  # noqa: E402  (KIP-848 groups)
+
+MODULES += (consumer_group_heartbeat, consumer_group_describe)
 TABLE = {m.API_KEY: m for m in MODULES}

@@ -1,10 +1,17 @@
-"""ApiVersions: the version ranges of the registration table (KIP-511 fallback for newer clients)."""
+"""ApiVersions: the version ranges of the registration table (KIP-511 fallback for newer clients);
+v3+ adds the supported and finalized features (pybroker/api/features.py). v3 leaves out features
+whose lowest version is 0, as older clients cannot read them; v4 lists them all."""
+import re
+
+from pybroker.api import features
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
 UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")  # Kafka's client software name/version rule
 
 Response = RESPONSES[API_KEY]
 
@@ -16,8 +23,18 @@ def supported_ranges():
 
 
 def handle(ctx, request):
-    return Response(error_code=0, api_keys=supported_ranges(), throttle_time_ms=0,
-                    finalized_features_epoch=-1)
+    if ctx.version < 3:
+        return Response(error_code=0, api_keys=supported_ranges(), throttle_time_ms=0)
+    if not (_SOFTWARE.fullmatch(request.client_software_name or "")
+            and _SOFTWARE.fullmatch(request.client_software_version or "")):
+        return Response(error_code=INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
+    from pybroker.api import TABLE
+    supported = [Response.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+                 for name, (low, high) in sorted(features.supported(TABLE).items()) if ctx.version >= 4 or low > 0]
+    finalized = [Response.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+                 for name, level in sorted(features.finalized(TABLE).items())]
+    return Response(error_code=0, api_keys=supported_ranges(), throttle_time_ms=0, supported_features=supported,
+                    finalized_features_epoch=features.FINALIZED_EPOCH, finalized_features=finalized)
 
 
 def unsupported_version_response():

@@ -6,7 +6,7 @@ from pybroker.security import acl as A
 
 API_KEY = 37
 MIN_VERSION = 0
-MAX_VERSION = 1
+MAX_VERSION = 3
 
 Response = RESPONSES[API_KEY]
 
@@ -14,9 +14,12 @@ Response = RESPONSES[API_KEY]
 async def handle(ctx, request):
     results = []
     authz = ctx.broker.authorizer
+    names = [t.name for t in request.topics]
     for topic in request.topics:
         error, message = 0, None
         try:
+            if names.count(topic.name) > 1:
+                raise DuplicateTopic("duplicate topic in request")
             if authz is not None and not authz.allowed(ctx, A.ALTER, A.TOPIC, topic.name):
                 raise TopicAuthorizationFailed(f"not authorized to alter topic {topic.name!r}")
             if topic.assignments:
@@ -32,6 +35,10 @@ async def handle(ctx, request):
 
 class TopicAuthorizationFailed(BrokerError):
     code = 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+class DuplicateTopic(BrokerError):
+    code = 42  # INVALID_REQUEST
 
 
 class AssignmentNotSupported(BrokerError):

@@ -1,12 +1,22 @@
-"""CreateTopics: new topics with partition count, replication factor and topic configs (validate-only too)."""
+"""CreateTopics: new topics with partition count, replication factor and topic configs (validate-only too).
+
+v5+ answers what was (or would be) created: the partition count, the replication factor and every
+topic config with its source, when the caller may DESCRIBE_CONFIGS the topic (else
+topic_config_error_code says TOPIC_AUTHORIZATION_FAILED); v7 adds the new topic's id. A failed
+creation answers none of it. A topic named twice in one request is an INVALID_REQUEST.
+"""
 from pybroker.asyncutil import settle
+from pybroker.controller.controller import describe_topic_configs
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 19
 MIN_VERSION = 2
-MAX_VERSION = 4
+MAX_VERSION = 7
+
+TOPIC_AUTHORIZATION_FAILED = 29
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # config sources
 
 Response = RESPONSES[API_KEY]
 
@@ -15,10 +25,15 @@ async def handle(ctx, request):
     results = []
     authz = ctx.broker.authorizer
     cluster_create = authz is None or authz.allowed_quietly(ctx, A.CREATE, A.CLUSTER, A.CLUSTER_NAME)
+    counts = {}
+    for topic in request.topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
     for topic in request.topics:
         configs = {c.name: c.value for c in topic.configs}
-        error, message = 0, None
+        result = Response.CreatableTopicResult(name=topic.name, configs=[])
         try:
+            if counts[topic.name] > 1:
+                raise InvalidRequest("found multiple entries for this topic")
             if not cluster_create and not authz.allowed(ctx, A.CREATE, A.TOPIC, topic.name):
                 raise TopicAuthorizationFailed(f"not authorized to create topic {topic.name!r}")
             kwargs = {}
@@ -26,12 +41,47 @@ async def handle(ctx, request):
                 if topic.num_partitions != -1 or topic.replication_factor != -1:
                     raise InvalidRequest("with a replica assignment, partitions and replication factor must be -1")
                 kwargs["assignment"] = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
-            await settle(ctx.broker.controller.create_topic(topic.name, topic.num_partitions, topic.replication_factor,
-                                                            configs, validate_only=request.validate_only, **kwargs))
+            record = await settle(ctx.broker.controller.create_topic(
+                topic.name, topic.num_partitions, topic.replication_factor, configs,
+                validate_only=request.validate_only, **kwargs))
+            if ctx.version >= 5:
+                _describe(ctx, authz, result, topic, configs, record)
         except BrokerError as exc:
-            error, message = exc.code, str(exc)
-        results.append(Response.CreatableTopicResult(name=topic.name, error_code=error, error_message=message))
+            result.error_code, result.error_message = exc.code, str(exc)
+            result.num_partitions, result.replication_factor, result.configs = -1, -1, []
+            result.topic_config_error_code = 0
+        results.append(result)
     return Response(throttle_time_ms=0, topics=results)
+
+
+def _describe(ctx, authz, result, topic, configs: dict, record) -> None:
+    """Fill in what the topic is (or would be, validate-only) when the caller may see its configs."""
+    if authz is not None and not authz.allowed_quietly(ctx, A.DESCRIBE_CONFIGS, A.TOPIC, topic.name):
+        result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+        return
+    if record is None:  # validate-only: what creation would have made
+        config = ctx.broker.config
+        if topic.assignments:
+            partitions, rf = len(topic.assignments), len(topic.assignments[0].broker_ids)
+        else:
+            partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            rf = config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+        record = _Proposed(topic.name, None, partitions, rf, configs)
+    else:
+        result.topic_id = record.topic_id
+    result.num_partitions, result.replication_factor = record.partitions, record.replication_factor
+    result.configs = [Response.CreatableTopicConfigs(
+        name=name, value=value, read_only=False, is_sensitive=False,
+        config_source=DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG)
+        for name, value, overridden in describe_topic_configs(record, ctx.broker.config.log)]
+
+
+class _Proposed:
+    """A topic as a validate-only creation would make it (the fields describe_topic_configs reads)."""
+
+    def __init__(self, name, topic_id, partitions, replication_factor, configs):
+        self.name, self.topic_id = name, topic_id
+        self.partitions, self.replication_factor, self.configs = partitions, replication_factor, configs
 
 
 class TopicAuthorizationFailed(BrokerError):

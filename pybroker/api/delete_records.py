@@ -4,7 +4,7 @@ from pybroker.security import acl as A
 
 API_KEY = 21
 MIN_VERSION = 0
-MAX_VERSION = 1
+MAX_VERSION = 2
 
 TOPIC_AUTHORIZATION_FAILED = 29
 

@@ -4,7 +4,7 @@ from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 32
 MIN_VERSION = 1
-MAX_VERSION = 3
+MAX_VERSION = 4
 TOPIC, BROKER = 2, 4
 INVALID_REQUEST = 42
 # config sources

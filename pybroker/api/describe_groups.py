@@ -5,7 +5,7 @@ from pybroker.security import acl as A
 
 API_KEY = 15
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5
 NOT_REQUESTED = -2147483648  # authorized operations not asked for
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
 

@@ -146,7 +146,7 @@ class Dispatcher:
         if len(frame) >= 4:
             key, version = _KEY_AND_VERSION.unpack_from(frame)
             if key == produce.API_KEY and produce.FIRST_RECORD_BATCH_VERSION <= version <= produce.MAX_VERSION:
-                header, pos = RequestHeader.decode(frame, 0, 1)
+                header, pos = RequestHeader.decode(frame, 0, 2 if version >= produce.FIRST_FLEXIBLE_VERSION else 1)
                 return header, core.kafka_codec.decode_produce(frame, pos, version)
         return decode_request(frame)
 

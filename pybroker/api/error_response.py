@@ -173,7 +173,7 @@ def _delete_groups(cls, version, request, code, message):
 # ---- admin -----------------------------------------------------------------------------------
 
 def _create_topics(cls, version, request, code, message):
-    return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=code, error_message=message)
+    return cls(topics=[cls.CreatableTopicResult(name=t.name, error_code=code, error_message=message, configs=[])
                        for t in request.topics])
 
 

@@ -4,7 +4,7 @@ from pybroker.security import acl as A
 
 API_KEY = 12
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 4
 
 GROUP_AUTHORIZATION_FAILED = 30
 

@@ -1,12 +1,19 @@
-"""ListOffsets: earliest (-2), latest (-1) or the first offset at or after a timestamp."""
+"""ListOffsets: earliest (-2), latest (-1) or the first offset at or after a timestamp.
+
+v7+ also asks for the record with the largest timestamp (-3), v8+ the earliest local offset (-4:
+the log start offset, as there is no tiered storage), v9+ the last tiered offset (-5: -1, nothing is
+tiered). v10's timeout bounds remote lookups, which never happen here.
+"""
 from pybroker.protocol.messages import RESPONSES
+from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
 
 API_KEY = 2
 MIN_VERSION = 1
-MAX_VERSION = 5
+MAX_VERSION = 10
 
 TOPIC_AUTHORIZATION_FAILED = 29
+EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -3, -4, -5
 
 Response = RESPONSES[API_KEY]
 
@@ -25,10 +32,27 @@ def handle(ctx, request):
                                                       leader_epoch=-1) for p in topic.partitions]))
             continue
         for p in topic.partitions:
-            error, ts, offset, epoch = replicas.list_offset(topic.name, p.partition_index, p.timestamp,
-                                                            p.current_leader_epoch, committed_only)
+            error, ts, offset, epoch = _lookup(replicas, topic.name, p, committed_only)
             parts.append(Response.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=error, timestamp=ts, offset=offset,
                 leader_epoch=epoch))
         topics.append(Response.ListOffsetsTopicResponse(name=topic.name, partitions=parts))
     return Response(throttle_time_ms=0, topics=topics)
+
+
+def _lookup(replicas, name: str, p, committed_only: bool) -> tuple[int, int, int, int]:
+    """(error, timestamp, offset, leader epoch) of one partition."""
+    timestamp = p.timestamp
+    if timestamp == EARLIEST_LOCAL:
+        timestamp = EARLIEST  # every offset is local
+    if timestamp not in (MAX_TIMESTAMP, LATEST_TIERED):
+        return replicas.list_offset(name, p.partition_index, timestamp, p.current_leader_epoch, committed_only)
+    # the answers that need the leader only, then the special lookups
+    error, _, _, epoch = replicas.list_offset(name, p.partition_index, EARLIEST, p.current_leader_epoch,
+                                              committed_only)
+    if error or timestamp == LATEST_TIERED:
+        return error, -1, -1, -1
+    partition = replicas.get(name, p.partition_index)
+    upper = partition.last_stable_offset if committed_only else partition.high_watermark
+    offset, ts, batch_epoch = max_timestamp_offset(partition.log, upper)
+    return 0, ts, offset, batch_epoch if offset >= 0 else -1

@@ -1,5 +1,13 @@
 """Metadata: live brokers, the controller and every partition's leader, replicas and ISR, from the
-metadata cache; creates unknown topics when allowed (answering LEADER_NOT_AVAILABLE until they lead)."""
+metadata cache; creates unknown topics when allowed (answering LEADER_NOT_AVAILABLE until they lead).
+
+v10+ answers each topic's id; v12 may ask by topic id (an unknown id gets UNKNOWN_TOPIC_ID with a null
+name; ids in v10-11 requests, or null names there, are an INVALID_REQUEST). The cluster's authorized
+operations are answered up to v10 (v11+ asks DescribeCluster), 0 without DESCRIBE on the cluster.
+"""
+import uuid
+
+from pybroker.api.error_response import error_response
 from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
 from pybroker.protocol.messages import RESPONSES
@@ -7,10 +15,13 @@ from pybroker.security import acl as A
 
 API_KEY = 3
 MIN_VERSION = 0
-MAX_VERSION = 8
+MAX_VERSION = 12
 UNKNOWN_TOPIC_OR_PARTITION = 3
 TOPIC_AUTHORIZATION_FAILED = 29
 LEADER_NOT_AVAILABLE = 5
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_ID = 100
+ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648  # authorized operations not computed
 
 Response = RESPONSES[API_KEY]
@@ -19,18 +30,31 @@ Response = RESPONSES[API_KEY]
 async def handle(ctx, request):
     broker = ctx.broker
     cache = broker.metadata
+    invalid = _invalid(ctx.version, request)
+    if invalid:
+        return error_response(API_KEY, ctx.version, request, INVALID_REQUEST, invalid)
     names = _requested(ctx.version, request)
     authz = broker.authorizer
+    by_id = ids_asked(request)
+    unknown_ids = []
+    if by_id:  # v12: topics named by id; the names are ours to find
+        names = [cache.topic_names[i] for i in by_id if i in cache.topic_names]
+        unknown_ids = [i for i in by_id if i not in cache.topic_names]
     if names is None:
         names = sorted(cache.topics)
         if authz is not None:  # ACLs: topics the caller may not describe are left out
             names = [n for n in names if authz.allowed_quietly(ctx, A.DESCRIBE, A.TOPIC, n)]
-    allow_create = broker.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
-    topics = []
+    allow_create = (broker.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
+                    and not by_id)
+    topics = [Response.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=i, partitions=[])
+              for i in unknown_ids]
     for name in names:
         error = 0
         if authz is not None and not _authorized(ctx, authz, cache, broker, name, allow_create):
-            topics.append(_topic(cache, name, TOPIC_AUTHORIZATION_FAILED))
+            # an id is not secret, a name is: asked by id, the id comes back without the name
+            topics.append(Response.MetadataResponseTopic(
+                error_code=TOPIC_AUTHORIZATION_FAILED, name=None if by_id else name,
+                topic_id=cache.topic_id(name) if by_id else ZERO_UUID, partitions=[]))
             continue
         if name not in cache.topics:
             error = UNKNOWN_TOPIC_OR_PARTITION
@@ -48,10 +72,12 @@ async def handle(ctx, request):
         from pybroker.security.acl_checks import authorized_operations, cluster_operations
         if request.include_topic_authorized_operations:
             for t in topics:
-                if t.error_code != TOPIC_AUTHORIZATION_FAILED:
+                if t.error_code not in (TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID):
                     t.topic_authorized_operations = authorized_operations(ctx, A.TOPIC, t.name)
-        if request.include_cluster_authorized_operations:
-            cluster_ops = cluster_operations(ctx, A.SUPPORTED_OPERATIONS[A.CLUSTER])
+        if ctx.version <= 10 and request.include_cluster_authorized_operations:
+            cluster_ops = 0
+            if authz is None or authz.allowed(ctx, A.DESCRIBE, A.CLUSTER, A.CLUSTER_NAME):
+                cluster_ops = cluster_operations(ctx, A.SUPPORTED_OPERATIONS[A.CLUSTER])
     listener = ctx.connection.server.listener_name
     brokers = []
     for b in sorted(cache.brokers.values(), key=lambda b: b.id):
@@ -77,7 +103,28 @@ def _requested(version: int, request):
     """Topic names asked for, or None for all topics (null list; an empty list in v0)."""
     if request.topics is None or (version == 0 and not request.topics):
         return None
-    return [t.name for t in request.topics]
+    return [t.name for t in request.topics if t.name is not None]
+
+
+def ids_asked(request) -> list:
+    """The distinct non-zero topic ids a request names, in request order."""
+    seen = {}
+    for t in request.topics or ():
+        if t.topic_id != ZERO_UUID:
+            seen.setdefault(t.topic_id, None)
+    return list(seen)
+
+
+def _invalid(version: int, request) -> str | None:
+    """Why a v10-11 request is invalid (a null name, a topic id), or None."""
+    if version >= 12 or request.topics is None:
+        return None
+    for t in request.topics:
+        if t.name is None:
+            return f"topic names cannot be null in Metadata v{version}"
+        if t.topic_id != ZERO_UUID:
+            return f"topic ids are not supported in Metadata v{version} requests"
+    return None
 
 
 def _topic(cache, name: str, error: int):
@@ -90,5 +137,6 @@ def _topic(cache, name: str, error: int):
                 leader_id=s.leader, leader_epoch=s.leader_epoch, replica_nodes=list(s.replicas),
                 isr_nodes=list(s.isr), offline_replicas=list(s.offline)))
     return Response.MetadataResponseTopic(
-        error_code=error, name=name, is_internal=name.startswith("__"), partitions=partitions,
+        error_code=error, name=name, topic_id=(meta.topic_id or ZERO_UUID) if meta is not None and not error
+        else ZERO_UUID, is_internal=name.startswith("__"), partitions=partitions,
         topic_authorized_operations=NO_OPERATIONS)

@@ -1,12 +1,17 @@
-"""OffsetCommit: store a group's positions (generation-checked; simple commits with generation -1)."""
-from pybroker.coordinator.coordinator import CommitEntry
+"""OffsetCommit: store a group's positions (generation-checked; simple commits with generation -1).
+
+v9+ (KIP-848) answers GROUP_ID_NOT_FOUND where older versions answer ILLEGAL_GENERATION: a member
+commit (generation >= 0) for a group that does not exist.
+"""
+from pybroker.coordinator.coordinator import GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION, CommitEntry
 from pybroker.coordinator.group import now_ms
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 8
 MIN_VERSION = 2
-MAX_VERSION = 7
+MAX_VERSION = 9
+FIRST_GROUP_ID_NOT_FOUND_VERSION = 9
 DEFAULT_RETENTION = -1  # v2-4 retention_time_ms: -1 = the broker's offsets.retention.minutes
 
 GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
@@ -38,7 +43,9 @@ async def handle(ctx, request):
     if entries or not denied:  # a request whose every partition was refused commits nothing
         _, committed = await ctx.broker.coordinator.commit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
-            request.group_instance_id if ctx.version >= 7 else None, entries)
+            request.group_instance_id if ctx.version >= 7 else None, entries,
+            unknown_group_error=GROUP_ID_NOT_FOUND if ctx.version >= FIRST_GROUP_ID_NOT_FOUND_VERSION
+            else ILLEGAL_GENERATION)
         errors.update(committed)
     topics = []
     for t in request.topics:

@@ -7,10 +7,18 @@ INVALID_PRODUCER_ID_MAPPING). When this broker runs a transaction coordinator (a
 ``transaction.partition.verification.enable``), a partition where the producer has no open
 transaction is first verified with it (KIP-890 part 1) and appended only if it
 is in the transaction, under a guard that a marker written meanwhile voids.
+
+Versions: v9+ are flexible (the native decoder reads both layouts); v10+ answers
+NOT_LEADER_OR_FOLLOWER with the partition's current leader and the endpoints of those leaders
+(KIP-951, pybroker/api/leader_hints.py); v11+ producers are told TRANSACTION_ABORTABLE where older
+ones get INVALID_TXN_STATE (KIP-890). As Kafka, a partition this broker does not host but the
+cluster has is NOT_LEADER_OR_FOLLOWER, an unknown one UNKNOWN_TOPIC_OR_PARTITION.
 """
 import asyncio
 import struct
 
+from pybroker.api.leader_hints import LeaderHints
+from pybroker.api.produce_response import ProduceResponse
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.partition import NO_TRANSACTIONAL_ID
@@ -18,10 +26,15 @@ from pybroker.security import acl as A
 
 API_KEY = 0
 MIN_VERSION = 0  # older librdkafka needs the range to start at 0; v0-2 (magic 0/1) are refused
-MAX_VERSION = 8
+MAX_VERSION = 11
 FIRST_RECORD_BATCH_VERSION = 3
+FIRST_FLEXIBLE_VERSION = 9  # request header v2, compact fields, tagged fields
+FIRST_LEADER_HINT_VERSION = 10  # KIP-951: current_leader and node_endpoints
+FIRST_ABORTABLE_VERSION = 11  # KIP-890: the producer understands TRANSACTION_ABORTABLE
 
 CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_REQUIRED_ACKS = 21
 TOPIC_AUTHORIZATION_FAILED = 29
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -33,6 +46,7 @@ INVALID_RECORD = 87
 INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TXN_STATE = 48
 NOT_ENOUGH_REPLICAS = 19
+TRANSACTION_ABORTABLE = 120
 TRANSACTIONAL = 0x10
 _PRODUCER = struct.Struct(">qhi")  # producer id @43, producer epoch @51, base sequence @53
 BATCH_HEADER = 61  # bytes of a record batch before its records
@@ -49,6 +63,9 @@ MIN_RECORD_OVERHEAD = 14  # Kafka's smallest (magic 0) record after the length f
 MAGIC_END = 17  # bytes up to and including the magic byte
 
 Response = RESPONSES[API_KEY]
+# shared by every partition answer: the encoder only reads them, and no allocation per partition
+_NO_RECORD_ERRORS = ()
+_NO_LEADER = Response.LeaderIdAndEpoch()
 
 
 class AcksZeroProduceFailed(Exception):
@@ -106,7 +123,7 @@ def _finish(ctx, request, topics, entries, appended, outcomes, error):
     replication = ctx.broker.replicas.pending_acks(appended) if acks == -1 and not error else None
     if flushes or replication:  # flush.messages reached (the fsync runs off the loop) or acks=all waits for the HW
         return _respond_later(ctx, request.timeout_ms, topics, outcomes, error, flushes, replication)
-    return _response(topics, outcomes, error)
+    return _response(ctx, topics, outcomes, error)
 
 
 def _append_transactional(ctx, request, topics, entries, outcomes):
@@ -145,6 +162,8 @@ async def _verify_then_append(ctx, request, topics, entries, keys, outcomes):
             if code:
                 if code == INVALID_TXN_STATE:
                     text = "the partition was not added to the transaction"
+                    if ctx.version >= FIRST_ABORTABLE_VERSION:  # what KIP-890 clients abort on
+                        code = TRANSACTION_ABORTABLE
                 elif code in _RETRIABLE_VERIFY_ERRORS:
                     code, text = NOT_ENOUGH_REPLICAS, message or f"unable to verify the partition (error {code})"
                 else:
@@ -168,7 +187,7 @@ async def _respond_later(ctx, timeout_ms, topics, outcomes, error, flushes, repl
         for key, code in (await ctx.broker.replicas.wait_for_acks(replication, timeout_ms)).items():
             if code and outcomes[key][0] == 0:
                 outcomes[key] = (code, None, _NOT_REPLICATED.get(code))
-    return _response(topics, outcomes, error)
+    return _response(ctx, topics, outcomes, error)
 
 
 _NOT_REPLICATED = {7: "the in-sync replicas did not acknowledge within the request timeout",
@@ -191,20 +210,32 @@ def _authorize(ctx, authz, request, topics, error, outcomes):
     return error, allowed
 
 
-def _response(topics, outcomes, error):
+def _response(ctx, topics, outcomes, error):
     responses = []
+    hints = None
     for topic in topics:
         parts = []
         for part in topic.partitions:
             code, result, message = outcomes.get((topic.name, part.index), (error, None, None))
+            leader = _NO_LEADER
+            if code:  # failures only: successes pay nothing here
+                if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.broker.metadata.partition(topic.name, part.index):
+                    code = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker hosts no replica
+                if code == NOT_LEADER_OR_FOLLOWER and ctx.version >= FIRST_LEADER_HINT_VERSION:
+                    hints = hints or LeaderHints(ctx)
+                    leader_id, epoch = hints.leader_of(topic.name, part.index)
+                    leader = Response.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=epoch)
             parts.append(Response.PartitionProduceResponse(
                 index=part.index, error_code=code,
                 base_offset=result.base_offset if result else -1,
                 log_append_time_ms=result.log_append_time if result else -1,
                 log_start_offset=result.log_start_offset if result else -1,
-                error_message=message if code else None))
+                record_errors=_NO_RECORD_ERRORS, error_message=message if code else None,
+                current_leader=leader))
         responses.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
-    return Response(responses=responses, throttle_time_ms=0)
+    endpoints = [Response.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                 for e in hints.sorted_endpoints()] if hints else []
+    return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
 
 
 def _topics(request) -> list:

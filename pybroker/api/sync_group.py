@@ -1,22 +1,28 @@
-"""SyncGroup: the leader hands out the assignment; every member waits for and gets its own share."""
+"""SyncGroup: the leader hands out the assignment; every member waits for and gets its own share.
+
+v5+ requests must name the protocol type and name the member expects (KIP-559): either one
+missing, or a mismatch with the group's, is INCONSISTENT_GROUP_PROTOCOL.
+"""
 from pybroker.coordinator.coordinator import SyncResult
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 14
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 5
+FIRST_PROTOCOL_VERSION = 5
 
-GROUP_AUTHORIZATION_FAILED = 30
+GROUP_AUTHORIZATION_FAILED, INCONSISTENT_GROUP_PROTOCOL = 30, 23
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
+    if ctx.version >= FIRST_PROTOCOL_VERSION and (request.protocol_type is None or request.protocol_name is None):
+        return _refused(INCONSISTENT_GROUP_PROTOCOL)  # checked before the ACLs, as Kafka
     authz = ctx.broker.authorizer
     if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
-        return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, protocol_type=None,
-                        protocol_name=None, assignment=b"")
+        return _refused(GROUP_AUTHORIZATION_FAILED)
     result = ctx.broker.coordinator.sync(
         request.group_id, request.generation_id, request.member_id,
         request.group_instance_id if ctx.version >= 3 else None,
@@ -25,6 +31,10 @@ def handle(ctx, request):
     if isinstance(result, SyncResult):
         return _response(result)
     return _later(result)
+
+
+def _refused(error: int):
+    return Response(throttle_time_ms=0, error_code=error, protocol_type=None, protocol_name=None, assignment=b"")
 
 
 async def _later(future):

@@ -6,6 +6,9 @@ offset (with a group id) or follow ``auto.offset.reset``. ``poll`` returns a lis
 ``ConsumerRecord``; ``poll_batch`` returns a ``pyarrow.RecordBatch`` (schema
 ``pybroker.client.arrow.SCHEMA``; rows of several partitions concatenated; no rows on timeout).
 
+``group.protocol`` picks the group protocol: ``classic`` (JoinGroup/SyncGroup; the default) or
+``consumer`` (KIP-848: the coordinator assigns, see ``group_consumer_protocol``).
+
 Rebalance callbacks ``on_assign(consumer, partitions)``, ``on_revoke(consumer, partitions)`` and
 ``on_lost(consumer, partitions)`` (default: ``on_revoke``) run inside ``poll`` on the calling
 thread, as Java's ConsumerRebalanceListener; for the asyncio consumer they may be coroutines.
@@ -38,6 +41,7 @@ from pybroker.client.config import INT_MAX, parse
 from pybroker.client.errors import ConfigError, KafkaError, KafkaTimeoutError
 from pybroker.client.fetcher import Fetcher
 from pybroker.client.group import GroupMembership, compile_pattern
+from pybroker.client.group_consumer_protocol import ConsumerProtocolMembership
 from pybroker.client.runner import LoopThread
 from pybroker.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from pybroker.protocol import REQUESTS
@@ -51,6 +55,9 @@ OFFSET_FETCH_RANGE = (1, 7)  # v7 carries require_stable: pending transactional 
 UNLIMITED = INT_MAX
 RAW_POLL_BYTES = 64 << 20  # poll_raw: about this many fetched bytes per call
 CLOSE_TIMEOUT_MS = 30000  # Java's KafkaConsumer.close() default
+STALE_EPOCH_RETRIES = 3  # a commit racing a new member epoch is sent again with the new one
+# settings the coordinator owns under group.protocol=consumer (Kafka refuses them there too)
+CLASSIC_ONLY_KEYS = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
 
 
 def _strategies(value):
@@ -67,6 +74,8 @@ def _strategies(value):
 CONSUMER_KEYS = {
     "group.id": (str, None),
     "group.instance.id": (str, None),
+    "group.protocol": (str, "classic", ("classic", "consumer")),
+    "group.remote.assignor": (str, None),  # consumer protocol: the coordinator's assignor (None: its default)
     "auto.offset.reset": (str, "latest", ("earliest", "latest", "none")),
     "enable.auto.commit": (bool, True),
     "auto.commit.interval.ms": (int, 5000, 0),
@@ -133,7 +142,15 @@ class AsyncConsumer:
         self.config = parse(conf, "consumer", CONSUMER_KEYS)
         if self.config["group.instance.id"] is not None and not self.config["group.id"]:
             raise ConfigError("group.instance.id requires group.id")
-        if self.config["heartbeat.interval.ms"] >= self.config["session.timeout.ms"]:
+        self._consumer_protocol = self.config["group.protocol"] == "consumer"
+        if self._consumer_protocol:
+            given = [k for k in CLASSIC_ONLY_KEYS if k in conf]
+            if given:
+                raise ConfigError(f"{given[0]} is not supported with group.protocol=consumer: the group "
+                                  "coordinator decides it (its group.consumer.* settings)")
+        elif self.config["group.remote.assignor"] is not None:
+            raise ConfigError("group.remote.assignor needs group.protocol=consumer")
+        elif self.config["heartbeat.interval.ms"] >= self.config["session.timeout.ms"]:
             raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms")
         self.group_id = self.config["group.id"] or None
         self._auto_commit = self.config["enable.auto.commit"] and self.group_id is not None
@@ -206,8 +223,8 @@ class AsyncConsumer:
             await asyncio.wait_for(self._commit_and_leave(autocommit), max(0, timeout_ms) / 1000.0)
         except asyncio.TimeoutError:
             log.warning("closing the consumer: the final commit/LeaveGroup did not finish within %d ms", timeout_ms)
-            if self._leaving is not None and self._leaving._conn is not None:
-                await self._leaving._conn.close()
+            if self._leaving is not None:
+                await self._leaving.abort()
         finally:
             self._closed = True
             self._cancel_events()
@@ -242,8 +259,8 @@ class AsyncConsumer:
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         self._subscription = ("pattern", pattern) if pattern is not None else ("topics", names)
         if self._group is None:
-            self._group = GroupMembership(self.config, self._cluster, self._invoke, self._commit_revoked,
-                                          self._notify)
+            membership = ConsumerProtocolMembership if self._consumer_protocol else GroupMembership
+            self._group = membership(self.config, self._cluster, self._invoke, self._commit_revoked, self._notify)
             self._group.subscribe(names, pattern)
             self._group.start()
         else:
@@ -528,9 +545,9 @@ class AsyncConsumer:
             by_topic.setdefault(tp.topic, []).append(api.OffsetCommitRequestPartition(
                 partition_index=tp.partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
                 commit_timestamp=-1, committed_metadata=om.metadata or ""))
-        req = api(group_id=self.group_id, generation_id_or_member_epoch=generation, member_id=member_id,
-                  group_instance_id=instance_id, retention_time_ms=-1,
-                  topics=[api.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+        topics = [api.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+        # members of a consumer group (KIP-848) need v9; the classic membership keeps the older range
+        versions = getattr(self._group, "offset_commit_range", OFFSET_COMMIT_RANGE)
 
         def check(body):
             for t in body.topics:
@@ -539,13 +556,22 @@ class AsyncConsumer:
                         return p.error_code, f"committing {t.name}-{p.partition_index} for group {self.group_id}"
             return 0
 
-        try:
-            await self._cluster.call(None, req, *OFFSET_COMMIT_RANGE, group_id=self.group_id, check=check)
-        except KafkaError as exc:
-            if self._group is not None:
-                self._group.on_commit_error(exc)
-            raise
-        return dict(offsets)
+        for attempt in range(STALE_EPOCH_RETRIES + 1):
+            req = api(group_id=self.group_id, generation_id_or_member_epoch=generation, member_id=member_id,
+                      group_instance_id=instance_id, retention_time_ms=-1, topics=topics)
+            try:
+                await self._cluster.call(None, req, *versions, group_id=self.group_id, check=check)
+                return dict(offsets)
+            except KafkaError as exc:
+                if self._group is not None:
+                    self._group.on_commit_error(exc)
+                if exc.code != ErrorCode.STALE_MEMBER_EPOCH or attempt == STALE_EPOCH_RETRIES:
+                    raise
+            # the member epoch moved on while this was in flight: send again with the current one
+            await asyncio.sleep(self.config.seconds("retry.backoff.ms"))
+            if self._group is None:
+                raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH, "the consumer left the group", retriable=False)
+            generation, member_id, instance_id = self._group.generation_info()
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group membership to pass to ``Producer.send_offsets_to_transaction``."""

@@ -9,7 +9,8 @@ counts changing, or (cooperative protocol) partitions it had to give up. A separ
 Heartbeat every ``heartbeat.interval.ms`` while the member is stable, and leaves the group when
 the application has not polled for ``max.poll.interval.ms`` (it rejoins on the next poll).
 
-Join, sync, heartbeat and leave travel on a connection of their own to the coordinator, so a
+Join, sync, heartbeat and leave travel on a connection of their own to the coordinator
+(``CoordinatorLink``, which the consumer group protocol's membership uses too), so a
 JoinGroup parked for a whole rebalance never delays offset commits or metadata requests.
 
 Rebalance protocol (as Java's ConsumerCoordinator): EAGER revokes every owned partition before
@@ -60,6 +61,70 @@ class _RetryJoin(Exception):
         self.backoff = backoff
 
 
+class CoordinatorLink:
+    """A connection of its own to a group's coordinator (found with FindCoordinator); dropped, and
+    looked up again on the next request, after a lost connection or a coordinator error."""
+
+    def __init__(self, config, cluster, group_id: str):
+        self.config = config
+        self.cluster = cluster
+        self.group_id = group_id
+        self.conn = None
+
+    async def connection(self) -> BrokerConnection:
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        shared = await self.cluster.coordinator(self.group_id)
+        self.conn = await BrokerConnection.open(
+            shared.host, shared.port, self.cluster.client_id,
+            self.config.seconds("socket.connection.setup.timeout.ms"),
+            request_timeout_s=self.config.seconds("request.timeout.ms"), node_id=shared.node_id,
+            max_frame_bytes=self.config["receive.message.max.bytes"], security=self.config.security)
+        return self.conn
+
+    async def version(self, api_key: int, lo: int, hi: int) -> int:
+        """The highest version in lo..hi the coordinator supports (UNSUPPORTED_VERSION if none)."""
+        try:
+            conn = await self.connection()
+        except (KafkaConnectionError, KafkaTimeoutError):
+            self.lost()
+            raise
+        return conn.version(api_key, lo, hi)
+
+    def lost(self) -> None:
+        self.cluster.forget_coordinator(self.group_id)
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            asyncio.get_running_loop().create_task(conn.close())
+
+    async def request(self, obj, version_range, timeout_s=None):
+        try:
+            conn = await self.connection()
+            version = conn.version(obj.API_KEY, *version_range)
+            body = await conn.request(obj, version, timeout_s)
+        except (KafkaConnectionError, KafkaTimeoutError):
+            self.lost()
+            raise
+        except KafkaError as exc:
+            if exc.code in _COORDINATOR_ERRORS:
+                self.lost()
+            raise
+        if body.error_code in _COORDINATOR_ERRORS:
+            self.lost()
+        return body
+
+    async def abort_busy(self) -> None:
+        """Close the connection if a request waits on it (a parked JoinGroup must not delay a leave)."""
+        if self.conn is not None and self.conn.in_flight:
+            conn, self.conn = self.conn, None
+            await conn.close()
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            await conn.close()
+
+
 class GroupMembership:
     def __init__(self, config, cluster, invoke, commit_positions, notify):
         self.config = config
@@ -87,7 +152,7 @@ class GroupMembership:
         self.last_poll = time.monotonic()
         self.poll_timed_out = False
         self._rejoin = None  # asyncio.Event: a rebalance is wanted
-        self._conn = None
+        self._link = CoordinatorLink(config, cluster, self.group_id)
         self._task = None
         self._hb_task = None
         self._snapshot: dict = {}  # topic -> partition count the last assignment was based on
@@ -160,14 +225,13 @@ class GroupMembership:
         """Stop the tasks and (dynamic members) leave the group."""
         await self.stop()
         if leave:
-            if self._conn is not None and self._conn.in_flight:
-                # a JoinGroup/SyncGroup may be parked there: LeaveGroup must not queue behind it
-                conn, self._conn = self._conn, None
-                await conn.close()
+            await self._link.abort_busy()  # a JoinGroup/SyncGroup may be parked there
             await self.leave("the consumer is closing")
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await self._link.close()
+
+    async def abort(self) -> None:
+        """Drop the coordinator connection now (a close that ran out of time)."""
+        await self._link.close()
 
     async def leave(self, reason: str) -> None:
         """LeaveGroup (dynamic members only, as Java's consumer: a static member's session
@@ -178,46 +242,11 @@ class GroupMembership:
                       members=[api.MemberIdentity(member_id=self.member_id, group_instance_id=None,
                                                   reason=reason)])
             try:
-                await self._request(req, LEAVE_RANGE, self.config.seconds("request.timeout.ms"))
+                await self._link.request(req, LEAVE_RANGE, self.config.seconds("request.timeout.ms"))
             except KafkaError as exc:
                 log.debug("group %s: LeaveGroup failed: %s", self.group_id, exc)
         self._reset_generation(True)
         self.state = UNJOINED
-
-    # ---- coordinator connection ----------------------------------------------------------------
-
-    async def _connection(self) -> BrokerConnection:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        shared = await self.cluster.coordinator(self.group_id)
-        self._conn = await BrokerConnection.open(
-            shared.host, shared.port, self.cluster.client_id,
-            self.config.seconds("socket.connection.setup.timeout.ms"),
-            request_timeout_s=self.config.seconds("request.timeout.ms"), node_id=shared.node_id,
-            max_frame_bytes=self.config["receive.message.max.bytes"], security=self.config.security)
-        return self._conn
-
-    def _coordinator_lost(self) -> None:
-        self.cluster.forget_coordinator(self.group_id)
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            self._loop.create_task(conn.close())
-
-    async def _request(self, obj, version_range, timeout_s=None):
-        try:
-            conn = await self._connection()
-            version = conn.version(obj.API_KEY, *version_range)
-            body = await conn.request(obj, version, timeout_s)
-        except (KafkaConnectionError, KafkaTimeoutError):
-            self._coordinator_lost()
-            raise
-        except KafkaError as exc:
-            if exc.code in _COORDINATOR_ERRORS:
-                self._coordinator_lost()
-            raise
-        if body.error_code in _COORDINATOR_ERRORS:
-            self._coordinator_lost()
-        return body
 
     # ---- the membership loop --------------------------------------------------------------------
 
@@ -357,7 +386,7 @@ class GroupMembership:
                   group_instance_id=self.instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
                   reason=None)
         timeout = max(self.config.seconds("request.timeout.ms"), self.rebalance_timeout_ms / 1000 + 5)
-        resp = await self._request(req, JOIN_RANGE, timeout)
+        resp = await self._link.request(req, JOIN_RANGE, timeout)
         code = resp.error_code
         if code == ErrorCode.MEMBER_ID_REQUIRED:
             self.member_id = resp.member_id
@@ -394,7 +423,7 @@ class GroupMembership:
                         protocol_name=self.chosen.name,
                         assignments=[sync_api.SyncGroupRequestAssignment(member_id=m, assignment=a)
                                      for m, a in assignments])
-        sresp = await self._request(sreq, SYNC_RANGE, timeout)
+        sresp = await self._link.request(sreq, SYNC_RANGE, timeout)
         code = sresp.error_code
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             raise _RetryJoin("rebalance in progress during sync", backoff=False)
@@ -479,7 +508,7 @@ class GroupMembership:
             req = api(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
                       group_instance_id=self.instance_id)
             try:
-                resp = await self._request(req, HEARTBEAT_RANGE, self.config.seconds("request.timeout.ms"))
+                resp = await self._link.request(req, HEARTBEAT_RANGE, self.config.seconds("request.timeout.ms"))
             except KafkaError as exc:
                 log.debug("group %s: heartbeat failed: %s", self.group_id, exc)
                 continue

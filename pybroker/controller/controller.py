@@ -4,6 +4,7 @@ Every change is written to the store first and then applied to the replica manag
 restart replays exactly what was acknowledged.
 """
 import logging
+from dataclasses import replace
 
 from pybroker.controller.metadata_cache import PartitionState
 from pybroker.controller.metadata_store import (InvalidConfigError, InvalidPartitionsError,
@@ -53,7 +54,10 @@ class Controller:
         """This node leads every partition: the same LeaderAndIsr and UpdateMetadata steps as a cluster."""
         me = (self.config.node_id,)
         states = [PartitionState(record.name, i, self.config.node_id, 0, me, me) for i in range(first, end)]
-        self.broker.apply_leader_and_isr(0, states, {record.name: record.topic_id}, self.broker.own_endpoints())
+        errors = self.broker.apply_leader_and_isr(0, states, {record.name: record.topic_id},
+                                                  self.broker.own_endpoints())
+        # a refused partition (e.g. INCONSISTENT_TOPIC_ID) is offline, not led by this node
+        states = [replace(s, leader=-1, offline=me) if errors.get((s.topic, s.partition)) else s for s in states]
         self.broker.metadata.update(self.config.node_id, [self.broker.own_endpoint()], states,
                                     {record.name: record.topic_id})
 

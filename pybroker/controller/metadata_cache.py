@@ -44,6 +44,7 @@ class MetadataCache:
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.controller_id = -1
         self.topics: dict[str, TopicMeta] = {}
+        self.topic_names: dict = {}  # topic id (uuid.UUID) -> name, for the APIs that name topics by id
         self._waiters: list[asyncio.Future] = []
 
     def update(self, controller_id: int, brokers, states, topic_ids: dict, deleted=()) -> None:
@@ -53,13 +54,18 @@ class MetadataCache:
         if brokers is not None:
             self.brokers = {b.id: b for b in brokers}
         for name in deleted:
-            self.topics.pop(name, None)
+            gone = self.topics.pop(name, None)
+            if gone is not None:
+                self.topic_names.pop(gone.topic_id, None)
         for s in states:
             meta = self.topics.get(s.topic)
             if meta is None:
                 meta = self.topics[s.topic] = TopicMeta(s.topic, topic_ids.get(s.topic))
-            elif topic_ids.get(s.topic) is not None:
+                self._index_id(meta)
+            elif topic_ids.get(s.topic) is not None and topic_ids[s.topic] != meta.topic_id:
+                self.topic_names.pop(meta.topic_id, None)
                 meta.topic_id = topic_ids[s.topic]
+                self._index_id(meta)
             meta.partitions[s.partition] = s
         for fut in self._waiters:
             if not fut.done():
@@ -74,6 +80,15 @@ class MetadataCache:
             fut = loop.create_future()
             self._waiters.append(fut)
             await asyncio.wait_for(fut, max(deadline - loop.time(), 0))
+
+    def _index_id(self, meta: TopicMeta) -> None:
+        if meta.topic_id and getattr(meta.topic_id, "int", 0):  # the zero id names no topic
+            self.topic_names[meta.topic_id] = meta.name
+
+    def topic_id(self, name: str):
+        """The topic's id (uuid.UUID), or None when the topic or its id is unknown."""
+        meta = self.topics.get(name)
+        return meta.topic_id if meta is not None and getattr(meta.topic_id, "int", 0) else None
 
     def set_controller(self, controller_id: int) -> None:
         self.controller_id = controller_id

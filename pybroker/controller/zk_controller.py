@@ -195,7 +195,7 @@ class ZkController:
             await self.reassigner.maybe_complete()
 
     async def _read_topic(self, name: str) -> None:
-        found = await self.zk_call(self.zk.topic_znode, name)
+        found = await self._with_topic_id(name, await self.zk_call(self.zk.topic_znode, name))
         if found is None:
             return
         assignment = found.assignment
@@ -429,13 +429,24 @@ class ZkController:
         for gone in set(self.assignments) - names:
             self._forget_topic(gone)
         for name in names:
-            found = await self.zk_call(self.zk.topic_znode, name)
+            found = await self._with_topic_id(name, await self.zk_call(self.zk.topic_znode, name))
             if found is None:
                 continue
             if found.assignment != self.assignments.get(name):
                 self.assignments[name], self.topic_ids[name] = found.assignment, found.topic_id
                 self.reassigner.load(name, found)
         await self._initialize_new_partitions()
+
+    async def _with_topic_id(self, name: str, found):
+        """A topic znode written without a topic id (older tools) gets one, as Kafka's controller gives it."""
+        if found is None or found.topic_id:
+            return found
+        from pybroker.controller.metadata_store import random_uuid, uuid_to_base64
+        topic_id = uuid_to_base64(random_uuid())
+        if await self.zk_call(self.zk.set_assignment, name, topic_id, found.assignment, found.version,
+                              found.adding, found.removing):
+            log.info("assigned topic id %s to topic %s", topic_id, name)
+        return await self.zk_call(self.zk.topic_znode, name)  # ours, or what another writer put there
 
     async def _initialize_new_partitions(self) -> None:
         """New topics and partitions: leader = first live replica, ISR = the live replicas."""

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from pybroker.coordinator import records
+from pybroker.coordinator.consumer_coordinator import ConsumerGroupCoordinator
 from pybroker.coordinator.group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE,
                                         Group, Member, now_ms)
 
@@ -54,6 +55,7 @@ class JoinResult:
     protocol: str | None = None
     leader: str = ""
     members: list = field(default_factory=list)  # (member id, group instance id, metadata) for the leader
+    skip_assignment: bool = False  # JoinGroup v9+: a static leader that rejoined keeps the current assignment
 
 
 @dataclass
@@ -84,6 +86,7 @@ class GroupCoordinator:
         self.stopped = False
         self._loop = None
         self._expiry_task = None
+        self.consumer = ConsumerGroupCoordinator(self)  # KIP-848 groups, beside the classic ones here
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class GroupCoordinator:
             self._expiry_task.cancel()
         for group in self.groups.values():
             self._release(group)
+        self.consumer.release_all()
 
     def _release(self, group) -> None:
         """Stop coordinating ``group`` here: timers stop, parked members hear NOT_COORDINATOR."""
@@ -120,6 +124,8 @@ class GroupCoordinator:
         """An offsets partition became led here (its groups start Empty) or moved away."""
         for group_id in [g for g in self.groups if self.store.partition_for(g) == index]:
             self._release(self.groups.pop(group_id))
+        for group_id in [g for g in self.consumer.groups if self.store.partition_for(g) == index]:
+            self.consumer.release(group_id)
         if is_leader:
             for group_id in self.store.groups():  # groups known only by their offsets start Empty
                 if self.store.partition_for(group_id) == index:
@@ -143,13 +149,18 @@ class GroupCoordinator:
 
     def join(self, group_id: str, member_id: str, group_instance_id, client_id: str, client_host: str,
              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols,
-             require_known_member_id: bool):
-        """A JoinResult, or a Future of one when the member must wait for the rebalance."""
+             require_known_member_id: bool, supports_skip_assignment: bool = False):
+        """A JoinResult, or a Future of one when the member must wait for the rebalance.
+
+        ``supports_skip_assignment`` (JoinGroup v9+): a static leader rejoining a Stable group gets
+        the members and keeps the current assignment instead of forcing a rebalance."""
         error = self.check_available(group_id)
         if error:
             return JoinResult(error, member_id)
         if not GROUP_MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= GROUP_MAX_SESSION_TIMEOUT_MS:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        if self.consumer.refuses_classic(group_id):  # a consumer group with members: not joinable as classic
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
         protocols = [(p.name, bytes(p.metadata)) for p in protocols]
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
@@ -161,13 +172,13 @@ class GroupCoordinator:
         args = (group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                 protocol_type, protocols)
         if member_id == UNKNOWN_MEMBER:
-            return self._join_unknown(group, require_known_member_id, *args)
+            return self._join_unknown(group, require_known_member_id, supports_skip_assignment, *args)
         return self._join_known(group, member_id, *args)
 
-    def _join_unknown(self, group, require_known, instance_id, client_id, *rest):
+    def _join_unknown(self, group, require_known, skip_assignment, instance_id, client_id, *rest):
         new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
         if instance_id is not None and instance_id in group.static:
-            return self._rejoin_static(group, group.static[instance_id], new_id, *rest)
+            return self._rejoin_static(group, group.static[instance_id], new_id, skip_assignment, *rest)
         if require_known and instance_id is None:
             # v4+: the member learns its id first; it must come back with it within a session
             group.pending[new_id] = self._loop.call_later(rest[1] / 1000, self._expire_pending, group, new_id)
@@ -198,18 +209,24 @@ class GroupCoordinator:
         self._prepare_rebalance(group, f"member {member_id} rejoined with new metadata")
         return result
 
-    def _rejoin_static(self, group, old_id, new_id, client_host, session_ms, rebalance_ms,
+    def _rejoin_static(self, group, old_id, new_id, skip_assignment, client_host, session_ms, rebalance_ms,
                        protocol_type, protocols):
         """A known group.instance.id came back without a member id: it takes over, the old id is fenced."""
         old = group.members[old_id]
+        was_leader = group.leader == old_id
         self._answer_join(old, JoinResult(FENCED_INSTANCE_ID, old_id))
         self._answer_sync(old, SyncResult(FENCED_INSTANCE_ID))
         member = group.replace_static(old_id, new_id)
         member.client_host = client_host
         member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
         self._heartbeat(group, member)
-        if group.is_(STABLE) and group.leader != new_id and member.same_protocols(protocols):
-            return self._current_join_result(group, member)  # no rebalance: it gets its old assignment
+        if group.is_(STABLE) and member.same_protocols(protocols):
+            if not was_leader:
+                return self._current_join_result(group, member)  # no rebalance: it gets its old assignment
+            if skip_assignment:  # v9+: the leader learns the members but must not assign again
+                result = self._current_join_result(group, member)
+                result.skip_assignment = True
+                return result
         result = self._update_and_park(group, member, protocols)
         if not group.is_(PREPARING_REBALANCE):
             self._prepare_rebalance(group, f"static member {member.group_instance_id} rejoined")
@@ -465,11 +482,13 @@ class GroupCoordinator:
 
     # ---- offsets --------------------------------------------------------------------------
 
-    async def commit(self, group_id, generation, member_id, group_instance_id, entries: list[CommitEntry]):
-        """(top-level error or 0, {(topic, partition): error})."""
+    async def commit(self, group_id, generation, member_id, group_instance_id, entries: list[CommitEntry],
+                     unknown_group_error: int = ILLEGAL_GENERATION):
+        """(top-level error or 0, {(topic, partition): error}). ``unknown_group_error``: the answer to a
+        member commit (generation >= 0) for a group that does not exist (OffsetCommit v9+: GROUP_ID_NOT_FOUND)."""
         error = self.check_available(group_id)
         if not error:
-            error = self._validate_commit(group_id, generation, member_id, group_instance_id)
+            error = self._validate_commit(group_id, generation, member_id, group_instance_id, unknown_group_error)
         if error:
             return error, {(e.topic, e.partition): error for e in entries}
         results, values = self._offset_values(entries, now_ms())
@@ -497,24 +516,27 @@ class GroupCoordinator:
                 results[tp] = NONE
         return results, values
 
-    def _validate_commit(self, group_id, generation, member_id, group_instance_id) -> int:
+    def _validate_commit(self, group_id, generation, member_id, group_instance_id, unknown_group_error) -> int:
+        """Kafka's classic validateOffsetCommit: the member, then its generation, then the group's state."""
+        if group_id in self.consumer.groups:  # KIP-848: the generation is the member epoch
+            return self.consumer.validate_offset_commit(group_id, member_id, generation)
         group = self.groups.get(group_id)
         if group is None:
-            # no group: only a simple commit (no generation) may create one; else an old generation
-            return NONE if generation < 0 else ILLEGAL_GENERATION
+            # no group: only a simple commit (no generation) may create one
+            return NONE if generation < 0 else unknown_group_error
         if group.is_(DEAD):
             return COORDINATOR_NOT_AVAILABLE
-        if group.is_static_fenced(member_id, group_instance_id):
-            return FENCED_INSTANCE_ID
         if generation < 0 and group.is_(EMPTY):
             return NONE
-        if group.is_(COMPLETING_REBALANCE):
-            return REBALANCE_IN_PROGRESS
+        if group.is_static_fenced(member_id, group_instance_id):
+            return FENCED_INSTANCE_ID
         member = group.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return ILLEGAL_GENERATION
+        if group.is_(COMPLETING_REBALANCE):
+            return REBALANCE_IN_PROGRESS
         self._heartbeat(group, member)
         return NONE
 
@@ -523,7 +545,9 @@ class GroupCoordinator:
         """TxnOffsetCommit: {(topic, partition): error}; the offsets stay pending until the marker."""
         error = self.check_available(group_id)
         group = self.groups.get(group_id)
-        if not error:  # Kafka adds an unknown group as Empty: it accepts commits without a generation
+        if not error and group_id in self.consumer.groups:  # KIP-848: the generation is the member epoch
+            error = self.consumer.validate_offset_commit(group_id, member_id, generation)
+        elif not error:  # Kafka adds an unknown group as Empty: it accepts commits without a generation
             error = self._validate_txn_commit(group or Group(group_id), generation, member_id, group_instance_id)
         if error:
             return {(e.topic, e.partition): error for e in entries}
@@ -556,7 +580,7 @@ class GroupCoordinator:
 
     def ensure_group(self, group_id) -> None:
         """The group has offsets here (committed, or pending in a transaction): it exists, Empty at least."""
-        if group_id not in self.groups and self.store.owns(group_id):
+        if group_id not in self.groups and group_id not in self.consumer.groups and self.store.owns(group_id):
             self.groups[group_id] = Group(group_id)  # a simple (standalone) group: offsets only
 
     def fetch_offsets(self, group_id, partitions=None, require_stable: bool = False):
@@ -575,8 +599,15 @@ class GroupCoordinator:
 
     # ---- admin ----------------------------------------------------------------------------
 
-    def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if not g.is_(DEAD)]
+    def list_groups(self) -> list:
+        """Classic groups (Group) and consumer groups (ConsumerGroup): both have group_id, state, group_type."""
+        return [g for g in self.groups.values() if not g.is_(DEAD)] + list(self.consumer.groups.values())
+
+    def drop_classic(self, group_id) -> None:
+        """An Empty classic group becomes a consumer group: the classic one is forgotten (offsets stay)."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            self._release(group)
 
     def describe(self, group_id) -> Group | None:
         return self.groups.get(group_id)
@@ -585,6 +616,8 @@ class GroupCoordinator:
         error = self.check_available(group_id)
         if error:
             return error
+        if group_id in self.consumer.groups:
+            return await self.consumer.delete_group(group_id)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return GROUP_ID_NOT_FOUND
@@ -609,10 +642,13 @@ class GroupCoordinator:
                     log.info("expired %d committed offsets", removed)
                 for group in list(self.groups.values()):
                     self._maybe_drop(group)
+                self.consumer.maybe_drop(self.store.has_offsets)
             except Exception:  # never let housekeeping die silently
                 log.exception("offset expiration failed")
 
     def _emptiness(self, group_id):
+        if group_id in self.consumer.groups:
+            return self.consumer.emptiness(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return True, 0

@@ -15,6 +15,7 @@ PREPARING_REBALANCE = "PreparingRebalance"
 COMPLETING_REBALANCE = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
+CLASSIC = "classic"  # the group type ListGroups v5+ names (KIP-848 groups are "consumer")
 
 # the transitions Kafka allows (target -> allowed previous states)
 _VALID_PREVIOUS = {
@@ -66,6 +67,7 @@ class IllegalStateTransition(RuntimeError):
 
 @dataclass
 class Group:
+    group_type = CLASSIC  # a class constant, not a field
     group_id: str
     state: str = EMPTY
     generation: int = 0

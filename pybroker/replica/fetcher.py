@@ -7,7 +7,9 @@ returned batches as they are. A fenced epoch (ours is older) drops the partition
 controller's newer word arrives. NOT_LEADER_OR_FOLLOWER or an unknown partition only rests the
 partition for replica.fetch.backoff.ms, as Kafka does: a restarted leader says so until its own
 LeaderAndIsr arrives, and that may repeat the leader and epoch we already follow, which starts no
-new fetch. Connection failures back off and reconnect.
+new fetch. Connection failures back off and reconnect. Fetches go in a fetch session (KIP-227,
+pybroker/replica/fetch_session_client.py): after the first, a request names only the partitions
+whose fetch offset, log start or epoch moved; topics go by id (Fetch v13+) when all have one.
 """
 import asyncio
 import logging
@@ -15,12 +17,15 @@ import struct
 
 from pybroker.client.connection import BrokerConnection
 from pybroker.protocol.messages import REQUESTS
+from pybroker.protocol.primitives import ZERO_UUID
+from pybroker.replica.fetch_session_client import SESSION_ERRORS, FetchSessionClient
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
 from pybroker.security.inter_broker import inter_broker_security
 
 log = logging.getLogger(__name__)
 
-FETCH, FETCH_VERSION = 1, 11
+FETCH, FETCH_MIN_VERSION, FETCH_MAX_VERSION = 1, 4, 17
+FIRST_TOPIC_ID_VERSION, FIRST_REPLICA_STATE_VERSION = 13, 15
 EPOCH_KEY, EPOCH_VERSION = 23, 3
 OFFSET_OUT_OF_RANGE, NOT_LEADER, UNKNOWN_TOPIC = 1, 6, 3
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
@@ -52,12 +57,15 @@ class ReplicaFetcher:
         self.resting: dict = {}  # key -> loop time before which it is not fetched (the leader refused it)
         self.conn = None
         self.task = None
+        self.session = FetchSessionClient()  # KIP-227: steady-state fetches name only what changed
+        self.topic_ids: dict = {}  # topic -> id, kept after removal: forgotten partitions are named by id
         self._wakeup = asyncio.Event()
 
     def add(self, partitions) -> None:
         for p in partitions:
             key = (p.topic, p.index)
             self.partitions[key] = p
+            self.topic_ids[p.topic] = p.topic_id
             self.truncating.add(key)
             self.resting.pop(key, None)
         self._wakeup.set()
@@ -97,6 +105,7 @@ class ReplicaFetcher:
                 if self.conn is not None:
                     await self.conn.close()
                     self.conn = None
+                self.session.reset()
                 self._wakeup.clear()
                 try:  # a new LeaderAndIsr may wake us sooner
                     await asyncio.wait_for(self._wakeup.wait(), cfg.replica_fetch_backoff_ms / 1000)
@@ -150,7 +159,6 @@ class ReplicaFetcher:
         self.resting[key] = asyncio.get_running_loop().time() + self.manager.config.replica_fetch_backoff_ms / 1000
 
     async def _fetch_once(self) -> None:
-        cfg = self.manager.config
         req_cls = REQUESTS[FETCH]
         now = asyncio.get_running_loop().time()
         for key in [k for k, until in self.resting.items() if until <= now]:
@@ -162,34 +170,34 @@ class ReplicaFetcher:
             except asyncio.TimeoutError:
                 pass
             return
-        topics, throttled = {}, set()
+        wanted, throttled = {}, set()
         over_rate = self.manager.follower_quota.exceeded()
-        for (topic, index), p in self.partitions.items():
-            if (topic, index) in self.resting:
+        for key, p in self.partitions.items():
+            if key in self.resting:
                 continue
             if self.manager.throttled(p):
                 if over_rate:
                     continue  # Kafka's follower throttle: left out of this fetch
-                throttled.add((topic, index))
-            topics.setdefault(topic, []).append(req_cls.FetchPartition(
-                partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
-                log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
-        req = req_cls(replica_id=self.manager.node_id, max_wait_ms=cfg.replica_fetch_wait_max_ms,
-                      min_bytes=cfg.replica_fetch_min_bytes, max_bytes=max(cfg.replica_fetch_max_bytes, 10 << 20),
-                      isolation_level=0, session_id=0, session_epoch=-1,
-                      topics=[req_cls.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                      forgotten_topics_data=[], rack_id="")
-        if not topics:  # every partition is throttled: wait for the rate to come down
+                throttled.add(key)
+            wanted[key] = (p.leader_epoch, p.log_end_offset, p.log_start_offset)
+        if not wanted:  # every partition is throttled: wait for the rate to come down
             await asyncio.sleep(THROTTLE_WAIT_S)
             return
-        resp = await self.conn.request(req, FETCH_VERSION)
+        version = self._version()
+        req = self._request(req_cls, version, wanted)
+        resp = await self.conn.request(req, version)
+        self.session.answered(resp.error_code, resp.session_id)
+        names = {p.topic_id: key[0] for key, p in self.partitions.items()} if version >= FIRST_TOPIC_ID_VERSION else None
         for t in resp.responses:
+            topic = t.topic if names is None else names.get(t.topic_id)
             for r in t.partitions:
-                key = (t.topic, r.partition_index)
+                key = (topic, r.partition_index)
                 p = self.partitions.get(key)
                 if p is None or key in self.truncating:
                     continue
-                if r.error_code == 0:
+                if r.error_code == 0 and r.diverging_epoch.epoch >= 0:
+                    self.truncating.add(key)  # our log diverged from the leader's: find where, as on a leader change
+                elif r.error_code == 0:
                     if r.records is not None and len(r.records):
                         batches = whole_batches(r.records)
                         if len(batches):
@@ -208,8 +216,44 @@ class ReplicaFetcher:
                     self._rest(key)
                 elif r.error_code != UNKNOWN_LEADER_EPOCH:
                     log.warning("fetching %s-%d from broker %d: error %d", *key, self.leader_id, r.error_code)
-        if not resp.responses and resp.error_code:
+        if not resp.responses and resp.error_code and resp.error_code not in SESSION_ERRORS:
             raise RuntimeError(f"fetch error {resp.error_code}")
+
+    def _version(self) -> int:
+        """The leader's highest Fetch version; below topic ids (v13) while any partition has none."""
+        version = self.conn.version(FETCH, FETCH_MIN_VERSION, FETCH_MAX_VERSION)
+        if version >= FIRST_TOPIC_ID_VERSION and not all(
+                getattr(p.topic_id, "int", 0) for p in self.partitions.values()):
+            version = FIRST_TOPIC_ID_VERSION - 1
+        return version
+
+    def _request(self, req_cls, version: int, wanted: dict):
+        """The next Fetch: in a session, only the partitions whose parameters changed."""
+        cfg = self.manager.config
+        send, forget = self.session.build(wanted) if version >= 7 else (list(wanted), [])
+        by_id = version >= FIRST_TOPIC_ID_VERSION
+        topics = {}
+        for key in send:
+            p = self.partitions[key]
+            topics.setdefault(key[0], []).append(req_cls.FetchPartition(
+                partition=key[1], current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
+                log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
+        forgotten = {}
+        for topic, index in forget:
+            forgotten.setdefault(topic, []).append(index)
+        ids = self.topic_ids if by_id else {}
+        session = self.session
+        return req_cls(replica_id=self.manager.node_id,
+                       replica_state=req_cls.ReplicaState(replica_id=self.manager.node_id, replica_epoch=-1),
+                       max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=cfg.replica_fetch_min_bytes,
+                       max_bytes=max(cfg.replica_fetch_max_bytes, 10 << 20), isolation_level=0,
+                       session_id=session.session_id if version >= 7 else 0,
+                       session_epoch=session.epoch if version >= 7 else -1,
+                       topics=[req_cls.FetchTopic(topic=t, topic_id=ids.get(t) or ZERO_UUID, partitions=ps)
+                               for t, ps in topics.items()],
+                       forgotten_topics_data=[req_cls.ForgottenTopic(topic=t, topic_id=ids.get(t) or ZERO_UUID,
+                                                                     partitions=ps) for t, ps in forgotten.items()],
+                       rack_id="")
 
 
 class ReplicaFetcherManager:

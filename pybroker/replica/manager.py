@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
 from pybroker.log.log import now_ms
+from pybroker.log import partition_metadata
 from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
 from pybroker.replica.producer_state import VERIFY_NOT_NEEDED
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
@@ -50,6 +51,8 @@ class FetchResult:
     log_start_offset: int = -1
     records: object = None  # a FetchSlice, or None
     aborted_transactions: list | None = None  # read_committed: (producer id, first offset) pairs
+    diverging_epoch: tuple | None = None  # (epoch, end offset) where the fetcher's log diverged (Fetch v12+)
+    current_leader: tuple | None = None  # (leader id, leader epoch) on NOT_LEADER/FENCED (KIP-951)
 
 
 @dataclass
@@ -95,6 +98,8 @@ class ReplicaManager:
         p = self.partitions.get(key)
         if p is None:
             lg = self.log_manager.get_or_create_log(state.topic, state.partition, log_config)
+            # a directory of another incarnation of the topic is refused (INCONSISTENT_TOPIC_ID)
+            topic_id = partition_metadata.check_or_assign(lg.directory, topic_id) or topic_id
             hw = self.log_manager.loaded_high_watermarks.get(key)
             p = self.partitions[key] = Partition(state.topic, state.partition, topic_id, lg, self.node_id,
                                                  -1, tuple(state.replicas), high_watermark=hw)

@@ -1,4 +1,5 @@
 """``pybroker topics``: kafka-topics.sh's create / list / describe / alter / delete."""
+import base64
 import sys
 import uuid
 
@@ -147,6 +148,11 @@ def _nodes(ids) -> str:
     return ",".join(str(i) for i in ids)
 
 
+def _kafka_id(topic_id: uuid.UUID) -> str:
+    """Kafka's string form of a topic id: unpadded base64url of its 16 bytes."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
 def describe(client: Client, args) -> int:
     topics = _topics(client, args)
     for t in topics:
@@ -160,7 +166,7 @@ def describe(client: Client, args) -> int:
         rf = len(parts[0].replica_nodes) if parts else 0
         head = f"Topic: {t.name}"
         if getattr(t, "topic_id", None) not in (None, uuid.UUID(int=0)):
-            head += f"\tTopicId: {t.topic_id}"
+            head += f"\tTopicId: {_kafka_id(t.topic_id)}"
         cfg = ",".join(f"{k}={v}" for k, v in configs.get(t.name, []))
         if keep is None:  # a filtered describe lists partitions only, as kafka-topics does
             print(f"{head}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: {cfg}")

@@ -1,0 +1,521 @@
+"""Fetch sessions (KIP-227), topic ids and diverging epochs in Fetch v12-v17.
+
+The cache's rules in-process (creation, eviction, epochs); a real broker driven by wire requests
+(session errors 70/71/106, incremental answers with only the partitions that have news, forgotten
+partitions, UNKNOWN_TOPIC_ID, diverging epochs); and real clients through a byte-counting proxy:
+a kafka-python consumer of 1 000 partitions keeps a session and its steady-state fetch requests
+are a few dozen bytes, and Kafka 3.8's console consumer (Fetch v17, topic ids) reads every record.
+librdkafka (confluent-kafka, kcat) never opens fetch sessions (it always sends session 0, epoch -1),
+so it is checked here on the sessionless path of the same versions.
+"""
+import os
+import socket
+import struct
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from pybroker.api.fetch import epoch_end_offset
+from pybroker.api.fetch_session import new_context
+from pybroker.protocol.messages import REQUESTS
+from pybroker.records import Record, build_batch
+from pybroker.replica.fetch_session_client import FetchSessionClient
+from pybroker.replica.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
+from tests.kafka_wire import WireClient
+
+Fetch = REQUESTS[1]
+KAFKA_HOME = os.path.expanduser("~/.cache/pybroker-kafka/kafka_2.13-3.8.0")
+DEADLINE = 60
+
+
+# ---- the cache, in-process ----------------------------------------------------------------------
+
+def parts(n, topic="t"):
+    return {(topic, i): CachedPartition(topic, None, i, 0, 1024) for i in range(n)}
+
+
+def test_next_epoch_wraps_and_final_stays():
+    assert next_epoch(0) == 1 and next_epoch(41) == 42
+    assert next_epoch(2**31 - 1) == 1
+    assert next_epoch(-1) == -1
+
+
+def test_cache_full_then_stale_session_evicted():
+    cache = FetchSessionCache(max_entries=2, eviction_ms=1000)
+    a = cache.maybe_create(False, parts(3), False, now=0)
+    b = cache.maybe_create(False, parts(3), False, now=10)
+    assert a and b and a != b and len(cache) == 2
+    assert cache.maybe_create(False, parts(3), False, now=500) == 0  # full, nobody stale or old
+    c = cache.maybe_create(False, parts(1), False, now=1200)  # a idle for > eviction_ms: it goes
+    assert c and cache.get(a) is None and cache.get(b) is not None and cache.evictions == 1
+
+
+def test_followers_evict_young_consumer_sessions_not_the_reverse():
+    cache = FetchSessionCache(max_entries=1, eviction_ms=10_000)
+    consumer = cache.maybe_create(False, parts(5), False, now=0)
+    follower = cache.maybe_create(True, parts(1), False, now=1)  # privileged beats unprivileged
+    assert follower and cache.get(consumer) is None
+    assert cache.maybe_create(False, parts(100), False, now=2) == 0  # a young follower session stays
+
+
+def test_old_sessions_evicted_by_size():
+    cache = FetchSessionCache(max_entries=2, eviction_ms=100)
+    small = cache.maybe_create(False, parts(2), False, now=0)
+    big = cache.maybe_create(False, parts(50), False, now=0)
+    for s in (small, big):  # both used recently, both older than eviction_ms
+        cache.touch(cache.get(s), 150)
+    assert cache.maybe_create(False, parts(1), False, now=160) == 0  # worth less than either
+    new = cache.maybe_create(False, parts(10), False, now=170)  # worth more than the smaller one
+    assert new and cache.get(small) is None and cache.get(big) is not None
+
+
+def test_zero_slots_means_no_sessions():
+    assert FetchSessionCache(max_entries=0).maybe_create(False, parts(1), False, now=0) == 0
+
+
+class Res:
+    def __init__(self, hw=5, lso=5, start=0, records=None, error=0, diverging=None):
+        self.high_watermark, self.last_stable_offset, self.log_start_offset = hw, lso, start
+        self.records, self.error, self.diverging_epoch, self.current_leader = records, error, diverging, None
+        self.aborted_transactions = None
+
+
+class Slice:
+    def __init__(self, n):
+        self.length = n
+
+
+def request_partitions(n, offset=0):
+    return [CachedPartition("t", None, i, offset, 1024) for i in range(n)]
+
+
+def test_contexts_full_incremental_and_errors():
+    cache = FetchSessionCache()
+    full = new_context(cache, 12, 0, 0, False, ["topics"], request_partitions(4), [], None)
+    topics, results, sid, error = full.respond([Res() for _ in range(4)])
+    assert topics == ["topics"] and sid and error == 0 and len(cache.get(sid).partitions) == 4
+    # epoch 1, nothing named: every partition is read, none has news
+    inc = new_context(cache, 12, sid, 1, False, [], [], [], None)
+    assert len(inc.partitions) == 4
+    assert inc.respond([Res() for _ in range(4)])[1:] == ([], sid, 0)
+    # epoch 2: partition 2 moved on and got records, partition 3 is forgotten
+    inc = new_context(cache, 12, sid, 2, False, [], [CachedPartition("t", None, 2, 7, 1024)], [("t", 3)], None)
+    assert [p.partition for p in inc.partitions] == [0, 1, 2] and inc.partitions[2].fetch_offset == 7
+    topics, results, _, _ = inc.respond([Res(), Res(hw=9), Res(hw=9, records=Slice(10))])
+    assert [(t.topic, [p.partition for p in t.partitions]) for t in topics] == [("t", [1, 2])]
+    assert list(cache.get(sid).partitions) == [("t", 0), ("t", 1), ("t", 2)]  # 2 already last
+    # the wrong epoch, an unknown id, topic ids against a name session
+    assert new_context(cache, 12, sid, 2, False, [], [], [], None).respond([])[3] == 71
+    assert new_context(cache, 12, 12345, 1, False, [], [], [], None).respond([])[3] == 70
+    assert new_context(cache, 13, sid, 3, False, [], [], [], {}).respond([])[3] == 106
+    # epoch -1 closes it
+    new_context(cache, 12, sid, -1, False, [], [], [], None)
+    assert cache.get(sid) is None
+
+
+def test_partitions_with_records_go_to_the_back():
+    cache = FetchSessionCache()
+    sid = new_context(cache, 12, 0, 0, False, [], request_partitions(3), [], None).respond([Res()] * 3)[2]
+    inc = new_context(cache, 12, sid, 1, False, [], [], [], None)
+    inc.respond([Res(hw=6, records=Slice(5)), Res(), Res()])
+    assert [k[1] for k in cache.get(sid).partitions] == [1, 2, 0]
+
+
+def test_duplicate_request_in_flight_gets_invalid_epoch():
+    cache = FetchSessionCache()
+    sid = new_context(cache, 12, 0, 0, False, [], request_partitions(1), [], None).respond([Res()])[2]
+    first = new_context(cache, 12, sid, 1, False, [], [], [], None)
+    second = new_context(cache, 12, sid, 2, False, [], [], [], None)  # came before the first answered
+    assert first.respond([Res()])[3] == 71 and second.respond([Res()])[3] == 0
+
+
+def test_epoch_end_offset_as_kafka():
+    entries = [(0, 0), (2, 10), (5, 30)]
+    assert epoch_end_offset(entries, 5, 42) == (5, 42)
+    assert epoch_end_offset(entries, 3, 42) == (2, 30)
+    assert epoch_end_offset(entries, 2, 42) == (2, 30)
+    assert epoch_end_offset([(3, 5)], 1, 42) == (1, 5)  # older than any: ends where the first starts
+    assert epoch_end_offset(entries, 7, 42) == (-1, -1)
+
+
+def test_session_client_sends_only_changes():
+    c = FetchSessionClient()
+    assert c.build({"a": 1, "b": 2}) == (["a", "b"], []) and c.epoch == 0
+    c.answered(0, 99)
+    assert (c.session_id, c.epoch) == (99, 1)
+    assert c.build({"a": 1, "b": 3}) == (["b"], [])
+    c.answered(0, 99)
+    assert c.build({"a": 1}) == ([], ["b"]) and c.epoch == 2
+    c.answered(71, 0)  # a session error: full again, closing 99
+    assert (c.session_id, c.epoch) == (99, 0) and c.build({"a": 1}) == (["a"], [])
+
+
+# ---- a real broker, wire requests ------------------------------------------------------------------
+
+def fetch_request(topics, session_id=0, epoch=-1, forgotten=(), max_wait_ms=0, by_id=False):
+    """``topics``: {name or id: [(partition, offset[, last fetched epoch])]}."""
+    return Fetch(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                 session_id=session_id, session_epoch=epoch, rack_id="",
+                 topics=[Fetch.FetchTopic(**({"topic_id": t} if by_id else {"topic": t}), partitions=[
+                     Fetch.FetchPartition(partition=p[0], fetch_offset=p[1], partition_max_bytes=1 << 16,
+                                          last_fetched_epoch=p[2] if len(p) > 2 else -1) for p in ps])
+                         for t, ps in topics.items()],
+                 forgotten_topics_data=[Fetch.ForgottenTopic(**({"topic_id": t} if by_id else {"topic": t}),
+                                                             partitions=list(ps)) for t, ps in dict(forgotten).items()])
+
+
+def answered(resp):
+    return {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
+
+
+BATCH = bytes(build_batch([Record(value=b"v", timestamp=1_700_000_000_000)], base_timestamp=1_700_000_000_000))
+
+
+def produce(w, topic, partition):
+    r = w.produce(topic, partition, BATCH)
+    assert r.error_code == 0, r
+
+
+@pytest.fixture
+def wire(broker):
+    with WireClient(broker.port) as w:
+        w.create_topic("s", partitions=4)
+        w.metadata(["s"])
+        yield w
+
+
+def test_incremental_session_over_the_wire(wire):
+    w = wire
+    resp = w.request(fetch_request({"s": [(i, 0) for i in range(4)]}, 0, 0), 12)
+    sid = resp.session_id
+    assert resp.error_code == 0 and sid != 0 and len(answered(resp)) == 4
+    resp = w.request(fetch_request({}, sid, 1), 12)
+    assert (resp.error_code, resp.session_id, resp.responses) == (0, sid, [])  # nothing new
+    produce(w, "s", 2)
+    resp = w.request(fetch_request({}, sid, 2), 12)
+    got = answered(resp)
+    assert list(got) == [("s", 2)] and got[("s", 2)].high_watermark == 1 and len(bytes(got[("s", 2)].records)) > 0
+    # moved on past the record, forgot partition 0: partition 0's news is no longer answered
+    resp = w.request(fetch_request({"s": [(2, 1)]}, sid, 3, forgotten={"s": [0]}), 12)
+    assert answered(resp) == {}
+    produce(w, "s", 0)
+    assert answered(w.request(fetch_request({}, sid, 4), 12)) == {}
+    # errors: a replayed epoch, an unknown session, a final epoch closes it
+    assert w.request(fetch_request({}, sid, 4), 12).error_code == 71
+    assert w.request(fetch_request({}, sid ^ 0x5A5A, 1), 12).error_code == 70
+    resp = w.request(fetch_request({"s": [(0, 0)]}, sid, -1), 12)
+    assert resp.session_id == 0 and list(answered(resp)) == [("s", 0)]
+    assert w.request(fetch_request({}, sid, 5), 12).error_code == 70
+
+
+def test_sessions_at_v7_to_v11_too(wire):
+    for version in (7, 11):
+        resp = wire.request(fetch_request({"s": [(1, 0)]}, 0, 0), version)
+        assert resp.session_id != 0
+        again = wire.request(fetch_request({}, resp.session_id, 1), version)
+        assert (again.error_code, again.responses) == (0, [])
+
+
+def test_topic_ids(wire):
+    w = wire
+    meta = w.metadata(["s"], version=12) if max_metadata(w) >= 12 else None
+    topic_id = meta.topics[0].topic_id if meta is not None else None
+    if not topic_id or not topic_id.int:
+        pytest.skip("Metadata does not give topic ids yet")
+    produce(w, "s", 1)
+    resp = w.request(fetch_request({topic_id: [(1, 0)]}, by_id=True), 13)
+    assert [t.topic_id for t in resp.responses] == [topic_id]
+    p = resp.responses[0].partitions[0]
+    assert p.error_code == 0 and len(bytes(p.records)) > 0
+    unknown = uuid.uuid4()
+    resp = w.request(fetch_request({unknown: [(0, 0)]}, by_id=True), 17)
+    assert resp.responses[0].topic_id == unknown and resp.responses[0].partitions[0].error_code == 100
+    # a session that names topics by name cannot go on with ids, and the reverse
+    sid = w.request(fetch_request({"s": [(0, 0)]}, 0, 0), 12).session_id
+    assert w.request(fetch_request({}, sid, 1, by_id=True), 13).error_code == 106
+
+
+def max_metadata(w) -> int:
+    return next(k.max_version for k in w.api_versions().api_keys if k.api_key == 3)
+
+
+def test_diverging_epoch(wire):
+    """A fetcher that read up to offset 5 in epoch 0 where this log's epoch 0 ends at 1: it diverged."""
+    produce(wire, "s", 3)
+    p = answered(wire.request(fetch_request({"s": [(3, 5, 0)]}), 12))[("s", 3)]
+    assert p.error_code == 0 and p.records is not None and len(bytes(p.records)) == 0
+    assert (p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 1)
+    ok = answered(wire.request(fetch_request({"s": [(3, 0, 0)]}), 12))[("s", 3)]
+    assert ok.diverging_epoch.epoch == -1 and len(bytes(ok.records)) > 0
+    bad = answered(wire.request(fetch_request({"s": [(3, 0, 9)]}), 12))[("s", 3)]
+    assert bad.error_code == 1  # an epoch newer than any known here: OFFSET_OUT_OF_RANGE, as Kafka
+
+
+def test_no_slots_no_sessions(broker_factory):
+    b = broker_factory(overrides={"max.incremental.fetch.session.cache.slots": "0"})
+    with WireClient(b.port) as w:
+        w.create_topic("z")
+        resp = w.request(fetch_request({"z": [(0, 0)]}, 0, 0), 12)
+        assert resp.error_code == 0 and resp.session_id == 0 and list(answered(resp)) == [("z", 0)]
+
+
+# ---- real clients through a byte-counting proxy -----------------------------------------------------
+
+class CountingProxy:
+    """TCP proxy on 127.0.0.1 recording (api key, version, request bytes, response bytes) per request.
+
+    Every loop ends when close() is called or ``lifetime`` seconds have passed."""
+
+    def __init__(self, lifetime=120.0):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.requests = {}  # (connection, correlation id) -> [api key, version, request size, response size]
+        self.order = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + lifetime
+        self._threads, self._socks = [], [self.sock]
+        self._target = None
+        self._connections = 0
+
+    def start(self, target_port=None):
+        """Forward to ``target_port``; connections wait (unaccepted) until ``target`` names it."""
+        self._target = target_port
+        self._spawn(self._accept)
+        return self
+
+    def target(self, port):
+        self._target = port
+
+    def fetches(self):
+        with self._lock:
+            return [self.requests[k] for k in self.order if self.requests[k][0] == 1 and self.requests[k][3] >= 0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        for s in self._socks:
+            s.close()
+
+    def _spawn(self, fn, *args):
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _running(self):
+        return not self._stop.is_set() and time.monotonic() < self._deadline
+
+    def _accept(self):
+        while self._running():
+            if self._target is None:
+                time.sleep(0.05)
+                continue
+            try:
+                client, _ = self.sock.accept()
+            except OSError:  # timeout included
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self._target), timeout=10)
+            for s in (client, upstream):
+                s.settimeout(0.2)
+                self._socks.append(s)
+            self._connections += 1
+            self._spawn(self._pump, client, upstream, self._connections, True)
+            self._spawn(self._pump, upstream, client, self._connections, False)
+
+    def _pump(self, src, dst, conn, is_request):
+        pending = bytearray()
+        while self._running():
+            try:
+                data = src.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            pending += data
+            while len(pending) >= 8 and len(pending) >= 4 + struct.unpack_from(">i", pending)[0]:
+                size = struct.unpack_from(">i", pending)[0]
+                with self._lock:
+                    if is_request:
+                        key, version, corr = struct.unpack_from(">hhi", pending, 4)
+                        self.requests[(conn, corr)] = [key, version, 4 + size, -1]
+                        self.order.append((conn, corr))
+                    else:
+                        corr = struct.unpack_from(">i", pending, 4)[0]
+                        if (conn, corr) in self.requests:
+                            self.requests[(conn, corr)][3] = 4 + size
+                del pending[:4 + size]
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def proxied(broker_factory):
+    proxy = CountingProxy()
+    b = broker_factory(overrides={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+    proxy.start(b.port)
+    yield b, proxy
+    proxy.close()
+
+
+PARTITIONS = 1000
+
+
+def test_kafka_python_consumer_of_1000_partitions_keeps_a_session(proxied):
+    kafka = pytest.importorskip("kafka")
+    b, proxy = proxied
+    with WireClient(b.port, timeout=DEADLINE) as w:  # a thousand partition directories take a while
+        w.create_topic("wide", partitions=PARTITIONS)
+        for i in (0, 499, 999):
+            produce(w, "wide", i)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=f"127.0.0.1:{proxy.port}", auto_offset_reset="earliest",
+                                   enable_auto_commit=False, fetch_max_wait_ms=100, request_timeout_ms=30000)
+    try:
+        consumer.assign([kafka.TopicPartition("wide", i) for i in range(PARTITIONS)])
+        got = []
+        deadline = time.monotonic() + DEADLINE
+        while len(got) < 3 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [(r.partition, r.offset) for r in recs]
+        assert sorted(got) == [(0, 0), (499, 0), (999, 0)]
+        settled = len(proxy.fetches())
+        while len(proxy.fetches()) < settled + 10 and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)  # idle: the session's steady state
+        with WireClient(b.port) as w:
+            produce(w, "wide", 500)
+        while len(got) < 4 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [(r.partition, r.offset) for r in recs]
+        assert (500, 0) in got and len(got) == 4
+    finally:
+        consumer.close()
+    fetches = proxy.fetches()
+    assert fetches and all(v == 12 for _, v, _, _ in fetches)  # kafka-python's highest: v12
+    full = max(size for _, _, size, _ in fetches)
+    steady = [f for f in fetches[settled:settled + 10]]
+    assert full > 20 * PARTITIONS  # the full fetch names every partition
+    assert all(req < 200 and resp < 200 for _, _, req, resp in steady), steady  # then only the session id
+
+
+def java_tool(name):
+    tool = os.path.join(KAFKA_HOME, "bin", name)
+    if not os.path.exists(tool):
+        pytest.skip("Kafka 3.8 is not installed (~/.cache/pybroker-kafka)")
+    return tool
+
+
+def test_kafka_console_consumer_uses_sessions(proxied, tmp_path):
+    tool = java_tool("kafka-console-consumer.sh")
+    b, proxy = proxied
+    with WireClient(b.port) as w:
+        w.create_topic("java", partitions=50)
+        for i in range(50):
+            produce(w, "java", i)
+    env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": str(tmp_path)}
+    proc = subprocess.run([tool, "--bootstrap-server", f"127.0.0.1:{proxy.port}", "--topic", "java",
+                           "--from-beginning", "--max-messages", "51", "--timeout-ms", "5000",  # then idle
+                           "--consumer-property", "fetch.max.wait.ms=100"],
+                          capture_output=True, text=True, timeout=DEADLINE + 30, env=env)
+    assert proc.stdout.count("v") == 50, proc.stderr[-2000:]
+    fetches = proxy.fetches()
+    versions = {v for _, v, _, _ in fetches}
+    assert versions and min(versions) >= 12, versions  # Kafka 3.8's client: v16 with topic ids, else v12
+    sizes = [req for _, _, req, _ in fetches]
+    assert sizes[0] > 20 * 50 and min(sizes) < 120, sizes  # a full fetch, then incremental ones
+
+
+def test_librdkafka_sessionless_at_current_versions(proxied):
+    ck = pytest.importorskip("confluent_kafka")
+    b, proxy = proxied
+    with WireClient(b.port) as w:
+        w.create_topic("rd", partitions=3)
+        for i in range(3):
+            produce(w, "rd", i)
+    c = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "group.id": "g-rd",
+                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
+    try:
+        c.assign([ck.TopicPartition("rd", i) for i in range(3)])
+        got = []
+        deadline = time.monotonic() + DEADLINE
+        while len(got) < 3 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append((m.partition(), m.offset()))
+        assert sorted(got) == [(0, 0), (1, 0), (2, 0)]
+    finally:
+        c.close()
+    assert {v for _, v, _, _ in proxy.fetches()} & set(range(12, 18))  # a flexible version was used
+
+
+# ---- a cluster: followers fetch in sessions; a consumer at a follower learns the leader ------------
+
+def test_follower_sessions_and_current_leader(tmp_path, zookeeper):
+    from tests.cluster import Cluster
+    req = REQUESTS[19]
+    proxy = CountingProxy().start()  # broker 1 is reached through it: its followers' fetches are counted
+    with Cluster(tmp_path, 2, zk=zookeeper, overrides={"replica.fetch.wait.max.ms": 100}, broker_overrides={
+            1: {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"}}) as cluster, proxy:
+        proxy.target(cluster.broker(1).port)
+
+        def created():  # once the controller reaches broker 1 through the proxy, both brokers are live
+            with WireClient(cluster.broker(2).port) as w:
+                resp = w.request(req(topics=[req.CreatableTopic(name="r", num_partitions=4, replication_factor=2)],
+                                     timeout_ms=20000, validate_only=False), 4)
+                return resp.topics[0].error_code in (0, 36)  # created (maybe by an earlier try)
+        cluster.wait_for(created, what="the topic created")
+        cluster.wait_for(lambda: all(cluster.partition_state("r", i) and len(cluster.partition_state("r", i)["isr"]) == 2
+                                     for i in range(4)), what="a full ISR")
+        leader = cluster.leader("r", 0)
+        follower = 3 - leader
+        with WireClient(cluster.broker(leader).port) as w:
+            for _ in range(20):  # several rounds of records: the followers' sessions carry them
+                produce(w, "r", 0)
+
+        def replicated():
+            with WireClient(cluster.broker(follower).port) as w:
+                p = answered(w.request(Fetch(  # a debugging consumer reads the follower's own log
+                    replica_id=-2, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_id=0, session_epoch=-1,
+                    topics=[Fetch.FetchTopic(topic="r", partitions=[Fetch.FetchPartition(
+                        partition=0, fetch_offset=19, partition_max_bytes=1 << 20)])]), 12))[("r", 0)]
+                return p.error_code == 0 and p.records is not None and len(bytes(p.records)) > 0
+        cluster.wait_for(replicated, what="the follower has every record")
+        state = cluster.partition_state("r", 0)
+        with WireClient(cluster.broker(follower).port) as w:
+            topic_id = w.metadata(["r"], version=12).topics[0].topic_id
+            resp = w.request(fetch_request({topic_id: [(0, 0)]}, by_id=True), 16)
+            assert resp.responses[0].topic_id == topic_id
+            p = resp.responses[0].partitions[0]
+            assert p.error_code == 6
+            assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (leader, state["leader_epoch"])
+            advertised = proxy.port if leader == 1 else cluster.broker(leader).port
+            assert [(n.node_id, n.port) for n in resp.node_endpoints] == [(leader, advertised)]
+            old = w.request(fetch_request({topic_id: [(0, 0)]}, by_id=True), 15)
+            assert old.responses[0].partitions[0].current_leader.leader_id == -1  # KIP-951 answers from v16
+        # broker 2 follows broker 1's partitions in one session: a full fetch, then requests naming only
+        # the partitions that moved (none, once caught up)
+        def idle_fetch_answered():
+            sizes = [req for _, _, req, _ in proxy.fetches()[1:]]
+            return sizes and min(sizes) < 100
+        cluster.wait_for(idle_fetch_answered, what="an incremental fetch naming no partition")
+        follower_fetches = proxy.fetches()
+        assert {v for _, v, _, _ in follower_fetches} == {17}
+        assert follower_fetches[0][2] > 100  # the full fetch named the partitions
