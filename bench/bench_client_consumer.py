@@ -18,6 +18,10 @@ with the same client (one-time costs: lazy imports, pyarrow's imports); then the
 creating the consumer to receiving the last record. The table shows medians of ``--runs`` runs
 (the clients take turns within each run) and each pybroker row's ratio to the faster
 confluent-kafka API, the baseline. Every loop is bounded; only the broker started here is stopped.
+
+``--fetch-versions 11,17`` runs each pybroker row once per Fetch version cap (the highest version
+our consumer may negotiate: v11 sessionless by topic name, v17 in a fetch session by topic id), so
+old and new request versions are compared in one run.
 """
 import argparse
 import json
@@ -105,6 +109,11 @@ def warm_up(kind: str, bootstrap: str) -> None:
 
 
 def consume(kind: str, bootstrap: str, count: int, batch: int) -> dict:
+    kind, _, cap = kind.partition("@v")
+    if cap:  # this row's Fetch version cap
+        from pybroker.client import fetcher
+        fetcher.FETCH_RANGE = (fetcher.FETCH_RANGE[0], int(cap))
+        fetcher.FETCH_BY_NAME_MAX = min(fetcher.FETCH_BY_NAME_MAX, int(cap))
     warm_up(kind, bootstrap)
     deadline = time.monotonic() + MAX_SECONDS
     got = nbytes = 0
@@ -131,7 +140,7 @@ def consume(kind: str, bootstrap: str, count: int, batch: int) -> dict:
         c.close()
     else:
         from pybroker.client import Consumer
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         c = Consumer({"bootstrap.servers": bootstrap, **PYBROKER_CONF})
         c.assign([(TOPIC, 0, 0)])
         if kind == "pybroker-poll-batch":
@@ -146,8 +155,9 @@ def consume(kind: str, bootstrap: str, count: int, batch: int) -> dict:
                 for r in poll(1000, n):
                     got += 1
                     nbytes += len(r.value)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         c.close()
+        return {"records": got, "bytes": nbytes, "seconds": seconds, "cpu_seconds": cpu}
     return {"records": got, "bytes": nbytes, "seconds": seconds}
 
 
@@ -175,8 +185,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10000, help="records per poll/consume call")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fetch-versions", default="", help="e.g. 11,17: pybroker rows per Fetch version cap")
     args = ap.parse_args()
     kinds = [k for k in args.clients.split(",") if k]
+    caps = [c for c in args.fetch_versions.split(",") if c]
+    if caps:
+        kinds = [v for k in kinds for v in ([f"{k}@v{c}" for c in caps] if k.startswith("pybroker") else [k])]
+        for k in kinds:
+            base_name, _, cap = k.partition("@v")
+            CLIENTS.setdefault(k, f"{CLIENTS[base_name]} v{cap}" if cap else CLIENTS[base_name])
     from tests.broker import BrokerProcess
     tmp = tempfile.mkdtemp(prefix="pybroker-consumer-bench-")
     broker = BrokerProcess(os.path.join(tmp, "data"), {"log.segment.bytes": 1073741824,
@@ -210,6 +227,15 @@ def main() -> None:
     for k in kinds:
         ratio = f"{med[k]['records_s'] / base:.2f}x" if base else "-"
         print(f"  {CLIENTS[k]:24s} {med[k]['records_s']:12,.0f} {med[k]['mb_s']:8.1f} {ratio:>12s}")
+    for k in kinds:  # the highest cap against the lowest, per pybroker row
+        base_name, _, cap = k.partition("@v")
+        if cap and cap == caps[-1] and len(caps) > 1:
+            old = med[f"{base_name}@v{caps[0]}"]["records_s"]
+            # records per CPU second of the consumer process: steadier than wall time on a busy host
+            cpu_old = statistics.median(r["records"] / r["cpu_seconds"] for r in runs[f"{base_name}@v{caps[0]}"])
+            cpu_new = statistics.median(r["records"] / r["cpu_seconds"] for r in runs[k])
+            print(f"  {CLIENTS[base_name]:24s} Fetch v{cap} / v{caps[0]}: wall {med[k]['records_s'] / old:.3f}x, "
+                  f"client CPU {cpu_new / cpu_old:.3f}x ({cpu_old:,.0f} -> {cpu_new:,.0f} records per CPU s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "runs": runs, "median": med, "baseline": base_kind}, f, indent=2)

@@ -22,6 +22,9 @@ The clock runs from creating the producer until ``flush()`` returns; every recor
 acknowledged. The table shows medians of ``--runs`` runs, MB/s of values, and ratios to
 confluent-kafka and kafka-python at the same batch-size setting ("default" rows compare each
 client's defaults). Every loop is bounded; only the broker started here is stopped.
+
+``--produce-versions 8,11`` runs each pybroker row once per Produce version cap (the highest
+version our producer may negotiate), so old and new request versions are compared in one run.
 """
 import argparse
 import json
@@ -58,6 +61,10 @@ def _value(size: int) -> bytes:
 # ---- child processes ------------------------------------------------------------------------------
 
 def run_client(kind: str, batch: str, bootstrap: str, topic: str, count: int, size: int) -> dict:
+    kind, _, cap = kind.partition("@v")
+    if cap:  # this row's Produce version cap
+        from pybroker.client import producer_sender
+        producer_sender.PRODUCE_RANGE = (producer_sender.PRODUCE_RANGE[0], int(cap))
     value = _value(size)
     deadline = time.monotonic() + MAX_SECONDS
     if kind.startswith("pybroker"):
@@ -71,7 +78,7 @@ def run_client(kind: str, batch: str, bootstrap: str, topic: str, count: int, si
             bulk = pa.array([value] * min(BULK_CHUNK, count), pa.binary())
         elif kind == "pybroker-list":
             bulk = [value] * min(BULK_CHUNK, count)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         p = Producer(conf)
         if bulk is None:
             produce, poll = p.produce, p.poll
@@ -86,14 +93,14 @@ def run_client(kind: str, batch: str, bootstrap: str, topic: str, count: int, si
                 futures.append(p.produce_batch(topic, bulk if n == len(bulk) else bulk[:n]))
                 sent += n
         left = p.flush(MAX_SECONDS)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if bulk is not None:
             acked = sum(c for f in futures for _, _, c in f.result(60))
         else:
             acked = count - left
         errors = p.metrics()["record_errors"]
         p.close()
-        return {"records": acked - errors, "bytes": (acked - errors) * size, "seconds": seconds}
+        return {"records": acked - errors, "bytes": (acked - errors) * size, "seconds": seconds, "cpu_seconds": cpu}
     if kind == "confluent":
         from confluent_kafka import Producer
         conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "none"}
@@ -139,6 +146,13 @@ def run_client(kind: str, batch: str, bootstrap: str, topic: str, count: int, si
     raise ValueError(kind)
 
 
+def broker_cpu_s(pid: int) -> float:
+    """utime + stime of the broker process (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child(*args) -> dict:
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "_client", *map(str, args)],
                          capture_output=True, text=True, timeout=MAX_SECONDS + 60)
@@ -175,8 +189,15 @@ def main() -> None:
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--batches", default=",".join(BATCHES))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--produce-versions", default="", help="e.g. 8,11: pybroker rows per Produce version cap")
     args = ap.parse_args()
     kinds = [k for k in args.clients.split(",") if k]
+    caps = [c for c in args.produce_versions.split(",") if c]
+    if caps:
+        kinds = [v for k in kinds for v in ([f"{k}@v{c}" for c in caps] if k.startswith("pybroker") else [k])]
+        for k in kinds:
+            base, _, cap = k.partition("@v")
+            CLIENTS.setdefault(k, f"{CLIENTS[base]} v{cap}" if cap else CLIENTS[base])
     batches = [b for b in args.batches.split(",") if b]
     rows = [(k, b) for b in batches for k in kinds if not (k.startswith("pybroker-") and b == "default")]
     from tests.broker import BrokerProcess
@@ -192,7 +213,9 @@ def main() -> None:
                 n += 1
                 topic = f"producer-bench-{n}"
                 create_topic(broker.bootstrap, topic)
+                cpu = broker_cpu_s(broker.proc.pid)
                 r = child(kind, batch, broker.bootstrap, topic, count, args.size)
+                r["broker_cpu_seconds"] = broker_cpu_s(broker.proc.pid) - cpu
                 if r["records"] < count:
                     raise RuntimeError(f"{kind} ({batch}) delivered {r['records']} of {count} records")
                 runs[(kind, batch)].append(r)
@@ -217,6 +240,19 @@ def main() -> None:
         vc = f"{m['records_s'] / conf['records_s']:.2f}x" if conf else "-"
         vk = f"{m['records_s'] / kp['records_s']:.1f}x" if kp else "-"
         print(f"  {CLIENTS[kind]:32s} {batch:10s} {m['records_s']:12,.0f} {m['mb_s']:8.1f} {vc:>13s} {vk:>16s}")
+    for kind, batch in rows:  # the highest cap against the lowest, per pybroker row
+        base, _, cap = kind.partition("@v")
+        if cap and cap == caps[-1] and len(caps) > 1:
+            old, new = runs[(f"{base}@v{caps[0]}", batch)], runs[(kind, batch)]
+            # records per CPU second of the producer process: steadier than wall time on a busy host
+            cpu_old = statistics.median(x["records"] / x["cpu_seconds"] for x in old)
+            cpu_new = statistics.median(x["records"] / x["cpu_seconds"] for x in new)
+            b_old = statistics.median(x["records"] / max(x["broker_cpu_seconds"], 1e-3) for x in old)
+            b_new = statistics.median(x["records"] / max(x["broker_cpu_seconds"], 1e-3) for x in new)
+            print(f"  {CLIENTS[base]:32s} {batch:10s} Produce v{cap} / v{caps[0]}: wall "
+                  f"{med[(kind, batch)]['records_s'] / med[(f'{base}@v{caps[0]}', batch)]['records_s']:.3f}x, "
+                  f"client CPU {cpu_new / cpu_old:.3f}x ({cpu_old:,.0f} -> {cpu_new:,.0f} records per CPU s), "
+                  f"broker CPU {b_new / b_old:.3f}x ({b_old:,.0f} -> {b_new:,.0f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "runs": {f"{k}/{b}": v for (k, b), v in runs.items()},

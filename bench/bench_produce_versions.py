@@ -4,9 +4,9 @@
                                            [--requests 20000] [--records 300000]
 
 "before" is the broker of a previous revision: --before-tree names a checkout whose native core
-is built; otherwise --before-rev (default HEAD) is exported with ``git archive`` into a temporary
-directory and built in place there. "after" is this tree. Each run starts a fresh broker of each
-kind, alternating, and measures:
+is built; otherwise --before-rev (default 8b12237, the last revision before them) is exported
+with ``git archive`` into a temporary directory and built in place there. "after" is this tree.
+Each run starts a fresh broker of each kind, alternating, and measures:
 
 * in-process: µs per Produce through the dispatcher (bench/produce_inprocess.py: header and body
   decode, validation, append to a real log, the answer encoded; one 1 KiB batch of 10 records,
@@ -55,10 +55,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 class Broker:
     """``pybroker serve`` run from ``tree`` (its own code and native core), stopped by PID."""
 
-    def __init__(self, tree: str, data_dir: str):
+    def __init__(self, tree: str, data_dir: str, overrides: dict | None = None):
+        extra = [a for k, v in (overrides or {}).items() for a in ("--override", f"{k}={v}")]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybroker", "serve", "--override", f"log.dirs={data_dir}",
-             "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.segment.bytes=1073741824"],
+             "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.segment.bytes=1073741824",
+             *extra],
             cwd=tree, env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()  # "... listening on PLAINTEXT://host:port"
@@ -71,6 +73,18 @@ class Broker:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+    def cpu_ns_s(self) -> float:
+        """CPU seconds of the broker's live threads at nanosecond resolution (the clock ticks of ``cpu_s``
+        are 10 ms: too coarse for a phase of a second); a thread that has exited is no longer counted."""
+        total = 0
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:  # the thread ended meanwhile
+                pass
+        return total / 1e9
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -172,7 +186,7 @@ def export_before(rev: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before-tree", default=None)
-    ap.add_argument("--before-rev", default="HEAD")
+    ap.add_argument("--before-rev", default="8b12237")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--records", type=int, default=300000)

@@ -16,6 +16,8 @@ from libc.stdint cimport (INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, INT64_MAX,
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
+import uuid
+
 from pybroker.contracts.kafka_codec import (FETCH_MAX_VERSION, FETCH_MIN_VERSION, MAX_STRING,
                                             PRODUCE_FIRST_FLEXIBLE_VERSION, PRODUCE_MAX_VERSION,
                                             PRODUCE_MIN_VERSION, DecodeError, EncodeError,
@@ -43,10 +45,25 @@ cdef extern from *:
         Py_INCREF(d); PyTuple_SET_ITEM(o, 3, d);
         return o;
     }
+    /* The 16 big-endian bytes of a non-negative int below 2**128 (a UUID's .int); -1 with an
+       exception set otherwise. */
+    static int pb_u128_be(PyObject *v, unsigned char *out) {
+    #if PY_VERSION_HEX >= 0x030D0000
+        Py_ssize_t n = PyLong_AsNativeBytes(v, out, 16, Py_ASNATIVEBYTES_BIG_ENDIAN |
+                                            Py_ASNATIVEBYTES_UNSIGNED_BUFFER | Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+        if (n < 0) return -1;
+        if (n > 16) { PyErr_SetString(PyExc_OverflowError, "int too big for 16 bytes"); return -1; }
+        return 0;
+    #else
+        return _PyLong_AsByteArray((PyLongObject *)v, out, 16, 0, 0);
+    #endif
+    }
     """
+    int pb_u128_be(object v, unsigned char *out) except -1
     object pb_tuple2(object cls, object a, object b)
     object pb_tuple4(object cls, object a, object b, object c, object d)
 
+cdef object _UUID = uuid.UUID
 cdef object _PartitionData = PartitionData
 cdef object _TopicData = TopicData
 cdef object _ProduceData = ProduceData
@@ -358,7 +375,7 @@ cdef bytes _topic_name(name):
 
 
 cdef enum:
-    PART_MAX = 48  # largest fixed part of one partition (v11; flexible v12+: 44)
+    PART_MAX = 48  # largest fixed part of one partition (v11; flexible v12+: 40, and its empty tag section)
     TAGS_MAX = 32  # a partition's tagged fields: count, diverging_epoch (15), current_leader (11)
     FIRST_FLEXIBLE = 12
     FIRST_TOPIC_ID = 13
@@ -392,8 +409,15 @@ cdef int _put_topic(Out *o, t, int v) except -1:
     """The topic's name (v4-v12) or id (v13+)."""
     cdef Py_ssize_t n
     if v >= FIRST_TOPIC_ID:
-        b = _topic_id(t.topic_id)
+        tid = t.topic_id
         _reserve(o, 16)
+        if type(tid) is _UUID:  # its 128-bit int straight into the buffer: no bytes object
+            iv = tid.int
+            if type(iv) is int:
+                pb_u128_be(iv, o.p + o.n)
+                o.n += 16
+                return 0
+        b = _topic_id(tid)
         memcpy(o.p + o.n, <const char *>b, 16)
         o.n += 16
         return 0
@@ -506,7 +530,8 @@ cdef int _put_node_endpoints(Out *o, endpoints) except -1:
     return 0
 
 
-def encode_fetch(version, topics, results, committed_only, session_id=0, error_code=0, node_endpoints=None):
+def encode_fetch(version, topics, results, committed_only, session_id=0, error_code=0, node_endpoints=None,
+                 tagged=True):
     """FetchResponse v4-v17 body as [bytes, slice, bytes, slice, ..., bytes?] (see the contract)."""
     cdef Out o
     cdef Py_ssize_t total = 0, k = 0, nres, i
@@ -514,6 +539,7 @@ def encode_fetch(version, topics, results, committed_only, session_id=0, error_c
     cdef int32_t aborted
     cdef Py_ssize_t ntxns
     cdef bint committed = bool(committed_only)
+    cdef bint tags = bool(tagged)
     cdef bint flexible
     cdef int v
     if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
@@ -601,7 +627,11 @@ def encode_fetch(version, topics, results, committed_only, session_id=0, error_c
                     out.append(records)
                     o.n = 0
                 if flexible:
-                    _put_tags(&o, r)
+                    if tags:
+                        _put_tags(&o, r)
+                    else:  # no result carries a tagged field: an empty section, nothing read
+                        o.p[o.n] = 0  # room: PART_MAX covers a flexible partition and this byte
+                        o.n += 1
             if flexible:
                 _reserve(&o, 1)
                 o.p[o.n] = 0  # the topic's tagged fields

@@ -70,3 +70,13 @@ class RecordListTooLargeError(BrokerError):
     """A batch larger than a whole segment can never be appended."""
     code = 18  # RECORD_LIST_TOO_LARGE
 
+
+
+class InconsistentTopicIdError(BrokerError):
+    """A partition directory belongs to another incarnation of its topic (another topic id)."""
+    code = 103  # INCONSISTENT_TOPIC_ID
+
+
+class PartitionMetadataError(BrokerError):
+    """A partition directory's partition.metadata cannot be read, parsed or written."""
+    code = 56  # KAFKA_STORAGE_ERROR

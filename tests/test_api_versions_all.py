@@ -66,6 +66,7 @@ SAMPLES = {
     43: {"election_type": 0, "topic_partitions": [], "timeout_ms": 1000},
     45: {"timeout_ms": 1000, "topics": []},
     46: {"timeout_ms": 1000, "topics": []},
+    47: {"group_id": "api-versions-group", "topics": []},
     48: {"components": [], "strict": False},
     50: {"users": []},
     61: {"topics": []},
@@ -100,6 +101,21 @@ def test_advertised_versions_are_the_api_table(advertised):
     assert advertised == {k: (m.MIN_VERSION, m.MAX_VERSION) for k, m in TABLE.items()}
     for key, (low, high) in advertised.items():  # within what Kafka's specs define
         assert REQUESTS[key].MIN_VERSION <= low <= high <= REQUESTS[key].MAX_VERSION, API_NAMES[key]
+
+
+def test_controller_apis_advertise_every_version_of_their_specs(advertised):
+    """LeaderAndIsr, StopReplica and UpdateMetadata from v0 (whole flows: tests/test_interbroker_versions.py)."""
+    for key in (4, 5, 6):
+        assert advertised[key] == (REQUESTS[key].MIN_VERSION, REQUESTS[key].MAX_VERSION) == (0, (7, 4, 8)[key - 4])
+
+
+def test_offset_delete_and_add_partitions_to_txn_v5_are_advertised(broker, advertised):
+    """OffsetDelete v0 (an unknown group: GROUP_ID_NOT_FOUND once the coordinator answers) and the
+    brokers' AddPartitionsToTxn up to v5 (KIP-890)."""
+    assert advertised[47] == (0, 0) and advertised[24] == (0, 5)
+    with WireClient(broker.port) as w:
+        assert w.request(sample(24, 5), 5).error_code == 0
+        assert w.request(sample(47, 0), 0).error_code in (69, 14, 15, 16)  # or: still loading / electing
 
 
 @pytest.mark.parametrize("api_key", sorted(TABLE), ids=lambda k: API_NAMES[k])

@@ -499,7 +499,7 @@ def test_read_committed_codec_and_fetch_plumbing():
     so this drives the fetcher's response handling with a real FetchResponse object carrying the
     aborted-transaction list, and checks both decode paths (poll and poll_batch)."""
     raw, visible, aborted = _transactional_log(100)
-    assert batches_end(raw) == 100 + 8
+    assert batches_end(raw)[0] == 100 + 8
     resp_api = RESPONSES[1]
     partition = resp_api.PartitionData(partition_index=0, error_code=0, high_watermark=108, last_stable_offset=108,
                                        log_start_offset=0, aborted_transactions=[

@@ -94,6 +94,9 @@ def test_transaction_error_flags_and_pickling():
     assert abortable.txn_requires_abort and not abortable.fatal
     retriable = classify(KafkaError(ErrorCode.REQUEST_TIMED_OUT))
     assert retriable.retriable and not retriable.fatal and not retriable.txn_requires_abort
+    # the newest Produce/EndTxn/AddOffsetsToTxn/TxnOffsetCommit/FindCoordinator versions (KIP-890)
+    aborted = classify(KafkaError(ErrorCode.TRANSACTION_ABORTABLE))
+    assert aborted.txn_requires_abort and not aborted.fatal and not aborted.retriable
     again = pickle.loads(pickle.dumps(fenced))
     assert (again.code, again.name, again.fatal) == (fenced.code, "PRODUCER_FENCED", True)
     assert KafkaError(1).fatal is False and KafkaError(1).txn_requires_abort is False

@@ -7,7 +7,8 @@ requests from something that is not the controller, and data requests to the wro
 * LeaderAndIsr / UpdateMetadata / StopReplica carrying a broker epoch that is not the receiving
   broker's current registration answer STALE_BROKER_EPOCH (77) and change nothing; a single-node
   broker (no cluster) answers 77 to each. (pybroker compares the epoch for equality; Kafka refuses
-  only epochs older than the current one and skips the check for -1.)
+  only epochs older than the current one and skips the check for -1. Both skip it for the versions
+  that carry no broker epoch: tests/test_interbroker_versions.py.)
 * A replica fetch from a broker id that is not a replica, and Produce / Fetch / ListOffsets sent to
   a follower, answer NOT_LEADER_OR_FOLLOWER (6). (Kafka 2.4+ serves a v11+ consumer Fetch from a
   follower for KIP-392 follower fetching; pybroker never does, which clients accept.)

@@ -4,6 +4,7 @@ stop-the-world: a member keeps what it is not asked to give up), and wire-level 
 epochs, incremental revocation, timeouts, regex subscriptions, offsets with member epochs,
 ConsumerGroupDescribe, classic/consumer coexistence and Kafka's error codes."""
 import collections
+import functools
 import time
 import uuid
 
@@ -419,8 +420,9 @@ def test_librdkafka_consumers_share_partitions_exactly_once(broker):
 
 # ---- the same script against Apache Kafka 3.8 (the oracle) --------------------------------------
 
-def start_kafka(tmp):
-    """A KRaft Kafka 3.8 with the consumer group protocol enabled; (process, port). The caller kills it."""
+def start_kafka(tmp, extra=()):
+    """A KRaft Kafka 3.8 with the consumer group protocol enabled (and ``extra`` property lines);
+    (process, port). The caller kills it."""
     import os
     import subprocess
     from tests.cluster import Cluster, answers_requests, free_ports
@@ -434,7 +436,8 @@ def start_kafka(tmp):
              "group.initial.rebalance.delay.ms=0", "group.coordinator.rebalance.protocols=classic,consumer",
              f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
              f"group.consumer.min.heartbeat.interval.ms={HEARTBEAT_MS}",
-             f"group.consumer.session.timeout.ms={SESSION_MS}", f"group.consumer.min.session.timeout.ms={SESSION_MS}"]
+             f"group.consumer.session.timeout.ms={SESSION_MS}", f"group.consumer.min.session.timeout.ms={SESSION_MS}",
+             *extra]
     props = os.path.join(tmp, "kafka.properties")
     with open(props, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -528,3 +531,105 @@ def test_librdkafka_regex_subscription_picks_up_new_topics(broker):
         assert polled_until({(first, 0), (first, 1), (second, 0)}), held
     finally:
         c.close()
+
+
+# ---- regexes in RE2, Kafka's join and commit rules -----------------------------------------------
+
+UNSUPPORTED_VERSION = 35
+
+def test_a_backtracking_regex_is_answered_at_once_and_the_broker_serves_on(broker):
+    """``(a+)+`` never matches a long run of a's ending in b, and a backtracking engine takes hours to
+    find that out; RE2 answers in linear time, within the client's timeout, and serves the others."""
+    create_topic(broker.port, 1, "a" * 48 + "b")
+    group = unique("g")
+    with WireClient(broker.port, timeout=20) as w, WireClient(broker.port, timeout=20) as other:
+        a, r = join(w, group, regex="(a+)+")
+        assert assigned(r) == {}  # matched nothing
+        assert other.api_versions().error_code == NONE
+        d = describe(other, group)
+        assert (d.error_code, [m.subscribed_topic_regex for m in d.members]) == (NONE, ["(a+)+"])
+        heartbeat(w, group, a, -1)
+
+
+def test_what_re2_refuses_is_an_invalid_regular_expression(broker):
+    group = unique("g")
+    with WireClient(broker.port) as w:
+        for regex in ("(?=orders).*", r"(a)\1", "(unclosed", "x" * 5000):
+            r = heartbeat(w, group, uuid.uuid4().hex, 0, regex=regex, owned={}, rebalance_ms=1000)
+            assert r.error_code == INVALID_REGULAR_EXPRESSION, regex
+            assert r.error_message.startswith(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: ")
+        assert describe(w, group).error_code == GROUP_ID_NOT_FOUND  # no refused join left a group behind
+
+
+def join_rules(port: int) -> list:
+    """Kafka's rules for joins, epoch-0 rejoins and commits of a member, as (error, detail) answers
+    (ConsumerGroupHeartbeat v0: what Kafka 3.8 serves)."""
+    topic, tid = create_topic(port, 2)
+    group, out = unique("rules"), []
+    commit = REQUESTS[8]
+    heartbeat_v0 = functools.partial(heartbeat, version=0)
+
+    def commit_error(member, epoch, version):
+        r = w.request(commit(group_id=group, generation_id_or_member_epoch=epoch, member_id=member, topics=[
+            commit.OffsetCommitRequestTopic(name=topic, partitions=[
+                commit.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]), version)
+        return r.topics[0].partitions[0].error_code
+
+    wait_for_coordinator(port)
+    with WireClient(port) as w:
+        # an entry that names no partition is still an entry: a join must send none
+        out.append(heartbeat_v0(w, group, uuid.uuid4().hex, 0, topics=[topic], owned={tid: set()},
+                                rebalance_ms=30000).error_code)
+        a = uuid.uuid4().hex
+        r = heartbeat_v0(w, group, a, 0, topics=[topic], owned={}, rebalance_ms=30000)
+        out.append((r.error_code, r.member_epoch))
+        owned = assigned(r)
+        r = heartbeat_v0(w, group, a, 0, topics=[topic], owned={}, rebalance_ms=30000)  # its answer was lost
+        out.append((r.error_code, r.member_epoch))
+        r = heartbeat_v0(w, group, a, 1, topics=[topic, unique("absent")], owned=owned)  # new subscription: epoch 2
+        out.append((r.error_code, r.member_epoch))
+        r = heartbeat_v0(w, group, a, 0, topics=[topic], owned={}, rebalance_ms=30000)  # a known member at epoch 0
+        out.append(r.error_code)
+        out.append([commit_error(a, 2, 8), commit_error(a, 2, 9), commit_error("nobody", 2, 8)])
+        for rebalance_ms in (0, -5):  # anything but -1 is a rebalance timeout
+            out.append(heartbeat_v0(w, group, uuid.uuid4().hex, 0, topics=[topic], owned={},
+                                    rebalance_ms=rebalance_ms).error_code)
+        r = heartbeat_v0(w, unique("v0"), "", 0, topics=[topic], owned={}, rebalance_ms=30000)
+        out.append((r.error_code, len(r.member_id)))  # the coordinator's id: a UUID in base64, 22 characters
+    return out
+
+
+def test_join_and_commit_rules_follow_kafka(broker):
+    assert join_rules(broker.port) == [
+        INVALID_REQUEST, (NONE, 1), (NONE, 1), (NONE, 2), FENCED_MEMBER_EPOCH,
+        [UNSUPPORTED_VERSION, NONE, UNKNOWN_MEMBER_ID], NONE, NONE, (NONE, 22)]
+
+
+def test_join_and_commit_rules_match_kafka(broker, kafka_port):
+    assert join_rules(broker.port) == join_rules(kafka_port)
+
+
+def test_a_rebalance_timeout_of_zero_fences_a_member_that_must_revoke(broker):
+    topic, tid = create_topic(broker.port, 2)
+    group = unique("g")
+    with WireClient(broker.port) as w:
+        a, r = join(w, group, [topic], rebalance_ms=0)
+        assert assigned(r) == {tid: {0, 1}}
+        join(w, group, [topic])
+        r = heartbeat(w, group, a, 1, owned={tid: {0, 1}})  # asked to give one up, with no time to do it
+        assert r.error_code in (NONE, UNKNOWN_MEMBER_ID)
+        assert wait_until(lambda: heartbeat(w, group, a, 1, owned={tid: {0, 1}}).error_code == UNKNOWN_MEMBER_ID)
+
+
+def test_regexes_are_matched_again_only_when_the_topic_names_change():
+    from pybroker.coordinator.topic_regex import TopicRegexes
+    regexes = TopicRegexes()
+    assert regexes.update(["orders-1", "orders-2", "payments"])
+    first = regexes.matches(["orders-.*", "pay.*"])
+    assert first == {"orders-.*": {"orders-1", "orders-2"}, "pay.*": {"payments"}}
+    assert not regexes.update(["payments", "orders-2", "orders-1"])  # the same names: nothing to redo
+    again = regexes.matches(["orders-.*", "pay.*"])
+    assert all(again[p] is first[p] for p in first)  # the matches kept, not recomputed
+    assert regexes.matches(["ord"]) == {"ord": frozenset()}  # a whole-name match, as Java's matches()
+    assert regexes.update(["orders-1", "orders-3"])
+    assert regexes.matches(["orders-.*"]) == {"orders-.*": {"orders-1", "orders-3"}}

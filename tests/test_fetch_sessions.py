@@ -20,6 +20,7 @@ import pytest
 
 from pybroker.api.fetch import epoch_end_offset
 from pybroker.api.fetch_session import new_context
+from pybroker.protocol import decode_response
 from pybroker.protocol.messages import REQUESTS
 from pybroker.records import Record, build_batch
 from pybroker.replica.fetch_session_client import FetchSessionClient
@@ -155,9 +156,9 @@ def test_session_client_sends_only_changes():
 
 # ---- a real broker, wire requests ------------------------------------------------------------------
 
-def fetch_request(topics, session_id=0, epoch=-1, forgotten=(), max_wait_ms=0, by_id=False):
+def fetch_request(topics, session_id=0, epoch=-1, forgotten=(), max_wait_ms=0, by_id=False, min_bytes=0):
     """``topics``: {name or id: [(partition, offset[, last fetched epoch])]}."""
-    return Fetch(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+    return Fetch(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0,
                  session_id=session_id, session_epoch=epoch, rack_id="",
                  topics=[Fetch.FetchTopic(**({"topic_id": t} if by_id else {"topic": t}), partitions=[
                      Fetch.FetchPartition(partition=p[0], fetch_offset=p[1], partition_max_bytes=1 << 16,
@@ -221,10 +222,8 @@ def test_sessions_at_v7_to_v11_too(wire):
 
 def test_topic_ids(wire):
     w = wire
-    meta = w.metadata(["s"], version=12) if max_metadata(w) >= 12 else None
-    topic_id = meta.topics[0].topic_id if meta is not None else None
-    if not topic_id or not topic_id.int:
-        pytest.skip("Metadata does not give topic ids yet")
+    topic_id = w.metadata(["s"], version=12).topics[0].topic_id
+    assert topic_id.int, "Metadata v12 gives the topic's id"
     produce(w, "s", 1)
     resp = w.request(fetch_request({topic_id: [(1, 0)]}, by_id=True), 13)
     assert [t.topic_id for t in resp.responses] == [topic_id]
@@ -238,8 +237,78 @@ def test_topic_ids(wire):
     assert w.request(fetch_request({}, sid, 1, by_id=True), 13).error_code == 106
 
 
-def max_metadata(w) -> int:
-    return next(k.max_version for k in w.api_versions().api_keys if k.api_key == 3)
+DeleteTopics = REQUESTS[20]
+
+
+def recreate(w, topic):
+    """Delete ``topic`` and create it again under the same name; its new id."""
+    r = w.request(DeleteTopics(topics=[DeleteTopics.DeleteTopicState(name=topic)], timeout_ms=10_000), 6)
+    assert r.responses[0].error_code == 0, r
+    deadline = time.monotonic() + DEADLINE
+    create = REQUESTS[19]
+    req = create(topics=[create.CreatableTopic(name=topic, num_partitions=4, replication_factor=1, assignments=[],
+                                               configs=[])], timeout_ms=10_000, validate_only=False)
+    while (code := w.request(req, 4).topics[0].error_code) == 36:  # TOPIC_ALREADY_EXISTS: deletion in progress
+        assert time.monotonic() < deadline, f"{topic} never came back"
+        time.sleep(0.05)
+    assert code == 0, code
+    return w.metadata([topic], version=12).topics[0].topic_id
+
+
+def produce_until_accepted(w, topic, partition):
+    deadline = time.monotonic() + DEADLINE
+    while w.produce(topic, partition, BATCH).error_code:  # the new partition's leader may not be up yet
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_waiting_fetch_by_id_never_reads_the_recreated_topic(wire):
+    """A v17 fetch by topic id waits; the topic is deleted, recreated under its name and written to:
+    the fetch answers without the new topic's records (whatever the order, an error for the old id)."""
+    old = wire.metadata(["s"], version=12).topics[0].topic_id
+    with WireClient(wire.sock.getpeername()[1], timeout=30) as parked:
+        correlation = parked.send_only(fetch_request({old: [(0, 0)]}, max_wait_ms=10_000, by_id=True, min_bytes=1), 17)
+        new = recreate(wire, "s")
+        assert new != old
+        produce_until_accepted(wire, "s", 0)
+        header, resp = decode_response(parked.recv_frame(), 1, 17)
+    assert header.correlation_id == correlation
+    [t] = resp.responses
+    [p] = t.partitions
+    assert t.topic_id == old and p.error_code in (3, 100, 103), p  # unknown partition, unknown id, inconsistent id
+    assert not bytes(p.records or b"")
+
+
+def test_a_session_by_id_reads_its_topic_not_the_recreated_one(wire):
+    """A session holds partition 0 by topic id; after delete and recreate under the same name, the
+    next incremental fetch answers INCONSISTENT_TOPIC_ID (103) at read time, never new records."""
+    old = wire.metadata(["s"], version=12).topics[0].topic_id
+    resp = wire.request(fetch_request({old: [(0, 0)]}, 0, 0, by_id=True), 17)
+    sid = resp.session_id
+    assert sid and resp.responses[0].partitions[0].error_code == 0
+    recreate(wire, "s")
+    produce_until_accepted(wire, "s", 0)
+    resp = wire.request(fetch_request({}, sid, 1, by_id=True), 17)
+    [t] = resp.responses
+    [p] = t.partitions
+    assert (t.topic_id, p.error_code) == (old, 103) and not bytes(p.records or b"")
+
+
+def test_a_partition_named_twice_is_answered_once(wire):
+    """As Kafka: a full fetch naming a partition twice (in one topic or in two entries of it) reads it
+    once, with its last parameters, in the place of its first mention."""
+    produce(wire, "s", 1)
+    req = fetch_request({"s": [(1, 5), (2, 0), (1, 0)]})
+    req.topics.append(Fetch.FetchTopic(topic="s", partitions=[
+        Fetch.FetchPartition(partition=3, fetch_offset=0, partition_max_bytes=1 << 16),
+        Fetch.FetchPartition(partition=2, fetch_offset=0, partition_max_bytes=1 << 16)]))
+    for version in (11, 12):
+        resp = wire.request(req, version)
+        got = [(t.topic, p.partition_index) for t in resp.responses for p in t.partitions]
+        assert got == [("s", 1), ("s", 2), ("s", 3)], got
+        assert len(resp.responses) == 1
+        one = resp.responses[0].partitions[0]
+        assert one.error_code == 0 and len(bytes(one.records)) > 0  # offset 0, its last mention
 
 
 def test_diverging_epoch(wire):

@@ -697,3 +697,25 @@ def test_fetch_flexible_errors(version, topics, results, kwargs, message):
         with pytest.raises(EncodeError) as exc:
             impl.encode_fetch(version, topics, results, False, **kwargs)
         assert str(exc.value) == message
+
+
+@st.composite
+def untagged_cases(draw):
+    topics = draw(flex_topics)
+    n = sum(len(t.partitions) for t in topics)
+    results = [draw(st.builds(Result, i16, i64, i64, i64, slices, aborted_lists)) for _ in range(n)]
+    return draw(st.integers(12, 17)), topics, results, draw(st.booleans()), draw(endpoint_lists)
+
+
+@SETTINGS
+@given(untagged_cases())
+def test_fetch_untagged_identical(case):
+    """tagged=False (no result has a diverging epoch or a current leader): the same bytes and parts,
+    native and pure, as when every result is read for its tagged fields; topic ids as UUIDs or bytes."""
+    version, topics, results, committed_only, endpoints = case
+    expected = NATIVE.encode_fetch(version, topics, results, committed_only, 7, 0, endpoints)
+    as_bytes = [FetchRequest.FetchTopic(topic=t.topic, topic_id=t.topic_id.bytes, partitions=t.partitions)
+                for t in topics]
+    for impl in (NATIVE, PURE):
+        assert impl.encode_fetch(version, topics, results, committed_only, 7, 0, endpoints, tagged=False) == expected
+        assert impl.encode_fetch(version, as_bytes, results, committed_only, 7, 0, endpoints, False) == expected

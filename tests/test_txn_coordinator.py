@@ -272,6 +272,9 @@ def test_out_of_order_requests_get_kafkas_error_codes(target):
     assert wait_state(c, tid, "CompleteAbort").topics == []
     assert end_txn(c, tid, pid, 0, True) == INVALID_TXN_STATE
     assert verify_only(c, tid, pid, 0, [tp0]) == {tp0: TRANSACTION_ABORTABLE}
+    # v5 (KIP-890) names TRANSACTION_ABORTABLE in its spec; Kafka 3.8 already answers it to v4 as well
+    assert verify_only(c, tid, pid, 0, [tp0, tp1], version=5) == dict.fromkeys([tp0, tp1], TRANSACTION_ABORTABLE)
+    assert verify_only(c, tid, pid, 1, [tp0], version=5) == {tp0: PRODUCER_FENCED}
     # a new producer instance bumps the epoch; the old epoch is fenced
     r = init_pid(c, tid)
     assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, 1)
@@ -582,14 +585,14 @@ def test_cluster_coordinator_killed_another_broker_takes_over(tmp_path, zookeepe
         p3.commit_transaction(60)
 
 
-def verify_only(c: WireClient, tid: str, pid: int, epoch: int, parts) -> dict:
+def verify_only(c: WireClient, tid: str, pid: int, epoch: int, parts, version: int = 4) -> dict:
     req = REQUESTS[ADD_PARTITIONS]
     by_topic = {}
     for t, p in parts:
         by_topic.setdefault(t, []).append(p)
     r = c.request(req(transactions=[req.AddPartitionsToTxnTransaction(
         transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
-        topics=[req.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])]), 4)
+        topics=[req.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])]), version)
     assert r.error_code == 0
     [txn] = r.results_by_transaction
     return {(t.name, p.partition_index): p.partition_error_code for t in txn.topic_results

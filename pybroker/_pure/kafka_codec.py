@@ -288,7 +288,8 @@ def _checked(value, what, bounds):
     return value.__index__()
 
 
-def encode_fetch(version, topics, results, committed_only, session_id=0, error_code=0, node_endpoints=None):
+def encode_fetch(version, topics, results, committed_only, session_id=0, error_code=0, node_endpoints=None,
+                 tagged=True):
     if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
         raise EncodeError(f"FetchResponse: version {version} is not supported "
                           f"({FETCH_MIN_VERSION}-{FETCH_MAX_VERSION})")
@@ -300,7 +301,8 @@ def encode_fetch(version, topics, results, committed_only, session_id=0, error_c
     session_id = _checked(session_id, "session id", _I32_RANGE)
     error_code = _checked(error_code, "error code", _I16_RANGE)
     if version >= FIRST_FLEXIBLE:
-        return _encode_flexible(version, topics, results, committed_only, session_id, error_code, node_endpoints)
+        return _encode_flexible(version, topics, results, committed_only, session_id, error_code, node_endpoints,
+                                tagged)
     aborted = 0 if committed_only else -1  # empty array / null: this broker has no transactions
     out = []
     buf = bytearray(_HEAD7(0, error_code, session_id) if version >= 7 else _HEAD(0))
@@ -440,7 +442,7 @@ def _node_endpoints(endpoints, buf):
     buf += b"\x01\x00" + _uv(len(body)) + body  # one tagged field: tag 0, its size, the array
 
 
-def _encode_flexible(version, topics, results, committed_only, session_id, error_code, node_endpoints):
+def _encode_flexible(version, topics, results, committed_only, session_id, error_code, node_endpoints, tagged):
     out = []
     buf = bytearray(_HEAD7(0, error_code, session_id))
     buf += _uv(len(topics) + 1)
@@ -463,7 +465,10 @@ def _encode_flexible(version, topics, results, committed_only, session_id, error
                 out.append(bytes(buf))
                 out.append(records)
                 buf = bytearray()
-            _flex_tags(r, buf)
+            if tagged:
+                _flex_tags(r, buf)
+            else:
+                buf.append(0)  # no result carries a tagged field: an empty section, nothing read
         buf.append(0)  # the topic's tagged fields
     _node_endpoints(node_endpoints if version >= FIRST_NODE_ENDPOINTS else None, buf)
     out.append(bytes(buf))

@@ -40,4 +40,7 @@ MODULES += (write_txn_markers,)
 from pybroker.api import consumer_group_describe, consumer_group_heartbeat  # noqa: E402  (KIP-848 groups)
 
 MODULES += (consumer_group_heartbeat, consumer_group_describe)
+from pybroker.api import offset_delete  # noqa: E402  (OffsetDelete: pybroker/coordinator/offset_deletion.py)
+
+MODULES += (offset_delete,)
 TABLE = {m.API_KEY: m for m in MODULES}

@@ -1,18 +1,20 @@
 """AddPartitionsToTxn: put partitions into a producer's ongoing transaction.
 
-v0-3 come from producers (one transactional id); v4 is the brokers' batched form (several ids,
+v0-3 come from producers (one transactional id); v4-5 are the brokers' batched form (several ids,
 CLUSTER_ACTION required) whose ``verify_only`` entries only check that the partitions are already
-in the transaction (KIP-890 part 1). v5 (KIP-890 part 2) is not offered. As Kafka: a topic that is
-unknown gets UNKNOWN_TOPIC_OR_PARTITION, one not authorized TOPIC_AUTHORIZATION_FAILED, and then
-every other partition of that id OPERATION_NOT_ATTEMPTED; otherwise the coordinator's one answer
-goes to every partition (PRODUCER_FENCED as INVALID_PRODUCER_EPOCH below v2).
+in the transaction (KIP-890 part 1): a partition that is not gets TRANSACTION_ABORTABLE, which v5's
+spec names and which Kafka 3.8 answers to v4 as well (the asking broker maps it for older producers).
+As Kafka: a topic that is unknown gets UNKNOWN_TOPIC_OR_PARTITION, one not authorized
+TOPIC_AUTHORIZATION_FAILED, and then every other partition of that id OPERATION_NOT_ATTEMPTED;
+otherwise the coordinator's one answer goes to every partition (PRODUCER_FENCED as
+INVALID_PRODUCER_EPOCH below v2).
 """
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 24
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 3, 29, 31
 INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 47, 53, 55, 90

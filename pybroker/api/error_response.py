@@ -170,6 +170,18 @@ def _delete_groups(cls, version, request, code, message):
     return cls(results=[cls.DeletableGroupResult(group_id=g, error_code=code) for g in request.groups_names])
 
 
+def _offset_delete(cls, version, request, code, message):  # one group-level error, no partitions
+    return cls(error_code=code, topics=[])
+
+
+def _consumer_group_heartbeat(cls, version, request, code, message):  # Kafka sends no message here
+    return cls(error_code=code, error_message=None)
+
+
+def _consumer_group_describe(cls, version, request, code, message):
+    return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code) for g in request.group_ids])
+
+
 # ---- admin -----------------------------------------------------------------------------------
 
 def _create_topics(cls, version, request, code, message):
@@ -298,8 +310,8 @@ _BUILDERS = {
     22: _init_producer_id, 23: _offset_for_leader_epoch, 24: _add_partitions_to_txn, 27: _write_txn_markers,
     28: _txn_offset_commit, 30: _create_acls, 31: _delete_acls,
     32: _describe_configs, 33: _alter_configs, 37: _create_partitions, 42: _delete_groups, 43: _elect_leaders,
-    44: _alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments,
+    44: _alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments, 47: _offset_delete,
     48: _describe_client_quotas, 49: _alter_client_quotas, 50: _describe_user_scram_credentials,
     51: _alter_user_scram_credentials, 61: _describe_producers, 65: _describe_transactions,
-    75: _describe_topic_partitions,
+    68: _consumer_group_heartbeat, 69: _consumer_group_describe, 75: _describe_topic_partitions,
 }

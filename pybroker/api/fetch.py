@@ -2,7 +2,9 @@
 
 v4-v17. Fetch sessions (KIP-227, v7+): pybroker/api/fetch_session.py decides what is read and
 what is answered. Topic ids (v13+) are resolved through the metadata cache: an unknown one answers
-UNKNOWN_TOPIC_ID (100), one that differs from the id of the log here INCONSISTENT_TOPIC_ID (103).
+UNKNOWN_TOPIC_ID (100); every read compares the id with the log's (the topic may be recreated while a
+fetch waits), and another id answers INCONSISTENT_TOPIC_ID (103). A full fetch naming a partition
+twice reads and answers it once, with the parameters of its last mention, as Kafka.
 A partition whose last fetched epoch (v12+) ended before the fetch offset here answers its
 diverging epoch instead of records. NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the
 current leader, and the response the leaders' endpoints (KIP-951, v16+). read_committed (isolation
@@ -15,6 +17,7 @@ import struct
 from pybroker import core
 from pybroker.api import fetch_session
 from pybroker.api.context import Parts
+from pybroker.api.leader_hints import NO_LEADER, LeaderHints
 from pybroker.errors import BrokerError
 from pybroker.replica.fetch_sessions import FINAL_EPOCH, CachedPartition
 from pybroker.replica.manager import DEBUGGING_CONSUMER_ID, FetchResult
@@ -46,6 +49,8 @@ async def handle(ctx, request):
     replica_id = request.replica_id
     names = broker.metadata.topic_names if version >= FIRST_TOPIC_ID_VERSION else None
     partitions = _partitions(request, names)
+    if _has_duplicates(request.topics):
+        request.topics, partitions = _deduplicated(partitions, names is not None)
     if version < FIRST_SESSION_VERSION or (request.session_id == 0 and request.session_epoch == FINAL_EPOCH):
         context = fetch_session.Sessionless(request.topics, partitions)  # the common case: no session
     else:
@@ -53,10 +58,12 @@ async def handle(ctx, request):
         context = fetch_session.new_context(broker.fetch_sessions, version, request.session_id, request.session_epoch,
                                             replica_id >= 0, request.topics, partitions, forgotten, names)
     committed_only = request.isolation_level == 1
-    results = await _read(ctx, request, context.partitions, replica_id, committed_only)
+    results, diverged = await _read(ctx, request, context.partitions, replica_id, committed_only)
     topics, results, session_id, error = context.respond(results)
     endpoints = _current_leaders(ctx, topics, results) if version >= FIRST_CURRENT_LEADER_VERSION else None
-    return Parts(core.kafka_codec.encode_fetch(version, topics, results, committed_only, session_id, error, endpoints))
+    # tagged: some result may carry a diverging epoch or a current leader (else none is looked at)
+    return Parts(core.kafka_codec.encode_fetch(version, topics, results, committed_only, session_id, error, endpoints,
+                                               diverged or endpoints is not None))
 
 
 def _partitions(request, names) -> list:
@@ -71,33 +78,72 @@ def _partitions(request, names) -> list:
     return out
 
 
+def _has_duplicates(topics) -> bool:
+    """Whether a topic or a partition is named twice (cheap: one set per topic)."""
+    if len(topics) > 1 and len({(t.topic, t.topic_id) for t in topics}) != len(topics):
+        return True
+    for t in topics:
+        ps = t.partitions
+        if len(ps) > 1 and len({p.partition for p in ps}) != len(ps):
+            return True
+    return False
+
+
+def _deduplicated(partitions, by_id: bool) -> tuple[list, list]:
+    """(response topics, partitions) with each partition once: in the place of its first mention,
+    with the parameters of its last; runs of one topic make one response topic."""
+    unique = {}
+    for p in partitions:
+        key = (p.topic_id if by_id else p.topic, p.partition)
+        first = unique.get(key)
+        if first is None:
+            unique[key] = p
+        else:
+            first.update_request(p)
+    topics, last = [], None
+    for (name, _), p in unique.items():
+        if last is None or name != last:
+            topics.append(fetch_session.ResponseTopic(p.topic, p.topic_id, []))
+            last = name
+        topics[-1].partitions.append(p)
+    return topics, list(unique.values())
+
+
 def _forgotten(request, by_id: bool) -> list:
     return [((t.topic_id if by_id else t.topic), index) for t in request.forgotten_topics_data for index in t.partitions]
 
 
-async def _read(ctx, request, partitions, replica_id: int, committed_only: bool) -> list:
-    """One result per partition, in order: read through the replica manager unless answered here."""
+async def _read(ctx, request, partitions, replica_id: int, committed_only: bool) -> tuple[list, bool]:
+    """(one result per partition, in order, whether one has a diverging epoch): read through the
+    replica manager unless answered here."""
     if not partitions:
-        return []
+        return [], False
     authz = ctx.broker.authorizer
-    plain = authz is None and ctx.version < FIRST_DIVERGING_VERSION  # no ids, no epochs: nothing to check here
+    # no acls, every topic id known, no last fetched epoch (consumers): nothing to answer here
+    plain = authz is None and (ctx.version < FIRST_DIVERGING_VERSION or not _special(partitions))
     fixed = None if plain else _answered_here(ctx, authz, partitions, replica_id)
     wanted = [p for i, p in enumerate(partitions) if i not in fixed] if fixed else partitions
-    max_wait = 0 if fixed and any(r.diverging_epoch is not None for r in fixed.values()) else request.max_wait_ms
-    read = await ctx.broker.replicas.fetch(wanted, max_wait, request.min_bytes, request.max_bytes,
-                                           committed_only, replica_id) if wanted else []
+    diverged = bool(fixed) and any(r.diverging_epoch is not None for r in fixed.values())
+    max_wait = 0 if diverged else request.max_wait_ms
+    read = await ctx.broker.replicas.fetch(wanted, max_wait, request.min_bytes, request.max_bytes, committed_only,
+                                           replica_id, ctx.version >= FIRST_TOPIC_ID_VERSION) if wanted else []
     metrics = getattr(ctx.broker, "metrics", None)
     if metrics is not None:  # pybroker/metrics: bytes out per topic (the slices' lengths)
         metrics.on_fetch(wanted, read, replica_id)
     if not fixed:
-        return read
+        return read, False
     it = iter(read)
-    return [fixed[i] if i in fixed else next(it) for i in range(len(partitions))]
+    return [fixed[i] if i in fixed else next(it) for i in range(len(partitions))], diverged
+
+
+def _special(partitions) -> bool:
+    """Whether a partition has an unknown topic id or a last fetched epoch (one pass, no calls)."""
+    return any([p.topic is None or p.last_fetched_epoch >= 0 for p in partitions])
 
 
 def _answered_here(ctx, authz, partitions, replica_id: int) -> dict:
-    """index -> FetchResult for the partitions not to be read: unknown or inconsistent topic ids,
-    topics the caller may not read, diverging epochs."""
+    """index -> FetchResult for the partitions not to be read: unknown topic ids, topics the caller
+    may not read, diverging epochs. A topic id that differs from the log's is left to the read."""
     fixed = {}
     denied = _denied(ctx, authz, partitions, replica_id) if authz is not None else ()
     replicas = ctx.broker.replicas
@@ -106,18 +152,20 @@ def _answered_here(ctx, authz, partitions, replica_id: int) -> dict:
             fixed[i] = FetchResult(UNKNOWN_TOPIC_ID)
         elif p.topic in denied:
             fixed[i] = FetchResult(TOPIC_AUTHORIZATION_FAILED)
-        elif p.last_fetched_epoch >= 0 or (p.topic_id is not None and p.topic_id.int):
+        elif p.last_fetched_epoch >= 0:
             partition = replicas.get(p.topic, p.partition)
-            if partition is None:
-                continue  # the read answers UNKNOWN_TOPIC_OR_PARTITION
-            if p.topic_id is not None and p.topic_id.int and isinstance(partition.topic_id, type(p.topic_id)) \
-                    and partition.topic_id != p.topic_id:
-                fixed[i] = FetchResult(INCONSISTENT_TOPIC_ID)
-            elif p.last_fetched_epoch >= 0:
-                r = _divergence(partition, p, replica_id)
-                if r is not None:
-                    fixed[i] = r
+            if partition is None or not _same_topic(partition.topic_id, p.topic_id):
+                continue  # the read answers UNKNOWN_TOPIC_OR_PARTITION or INCONSISTENT_TOPIC_ID
+            r = _divergence(partition, p, replica_id)
+            if r is not None:
+                fixed[i] = r
     return fixed
+
+
+def _same_topic(log_id, request_id) -> bool:
+    """Kafka's rule: a log or a request without a topic id is consistent with any."""
+    return not (log_id and request_id and getattr(log_id, "int", 0) and getattr(request_id, "int", 0)) \
+        or log_id == request_id
 
 
 def _denied(ctx, authz, partitions, replica_id: int) -> set:
@@ -164,13 +212,13 @@ def _divergence(partition, p, replica_id: int):
     return None
 
 
-def _current_leaders(ctx, topics, results) -> list:
+def _current_leaders(ctx, topics, results) -> list | None:
     """KIP-951: the leader known here for each partition answered NOT_LEADER_OR_FOLLOWER or
-    FENCED_LEADER_EPOCH, and those leaders' endpoints on this listener."""
+    FENCED_LEADER_EPOCH (pybroker/api/leader_hints.py, as Produce), and those leaders' endpoints."""
     if not any(r.error in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) for r in results):
         return None
-    endpoints = {}
-    cache = ctx.broker.metadata
+    hints = LeaderHints(ctx)
+    names = ctx.broker.metadata.topic_names
     k = 0
     for t in topics:
         for p in t.partitions:
@@ -178,17 +226,10 @@ def _current_leaders(ctx, topics, results) -> list:
             k += 1
             if r.error not in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
                 continue
-            name = getattr(p, "topic", None) or t.topic or cache.topic_names.get(t.topic_id)
-            state = cache.partition(name, p.partition) if name else None
-            if state is None or state.leader < 0:
-                continue
-            r.current_leader = (state.leader, state.leader_epoch)
-            if state.leader not in endpoints:
-                b = cache.brokers.get(state.leader)
-                address = b.address(ctx.connection.server.listener_name) if b is not None else None
-                if address is not None:
-                    endpoints[state.leader] = (state.leader, address[0], address[1], b.rack)
-    return list(endpoints.values())
+            name = getattr(p, "topic", None) or t.topic or names.get(t.topic_id)
+            leader = hints.leader_of(name, p.partition) if name else NO_LEADER
+            r.current_leader = None if leader == NO_LEADER else leader  # (-1, -1) is the field's default
+    return hints.sorted_endpoints()
 
 
 def encode(version: int, topics, results, committed_only: bool) -> Parts:

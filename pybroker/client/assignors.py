@@ -16,6 +16,7 @@ assignors follow Kafka's Java clients:
 import struct
 from dataclasses import dataclass, field
 
+from pybroker.assign_balance import balance
 from pybroker.client.types import TopicPartition
 
 EAGER, COOPERATIVE = "eager", "cooperative"
@@ -293,28 +294,10 @@ def sticky_assignment(partitions_per_topic: dict, subscriptions: dict, previous:
     for tp in unassigned:
         best = min(eligible[tp], key=lambda m: (len(out[m]), rank[m]))
         out[best].append(tp)
-    _balance(out, eligible, rank, previous)
-    return {m: sorted(tps) for m, tps in out.items()}
-
-
-def _balance(out: dict, eligible: dict, rank: dict, previous: dict) -> None:
-    """Move partitions from a member with at least two more than another eligible member."""
-    for _ in range(sum(len(v) for v in out.values()) * max(1, len(out))):  # bounded
-        moved = False
-        for donor in sorted(out, key=lambda m: (-len(out[m]), rank[m])):
-            # prefer moving partitions the donor did not own before (keeps stickiness)
-            for tp in sorted(out[donor], key=lambda t: (previous.get(t) == donor, t)):
-                takers = [m for m in eligible[tp] if len(out[m]) + 1 < len(out[donor])]
-                if takers:
-                    taker = min(takers, key=lambda m: (len(out[m]), rank[m]))
-                    out[donor].remove(tp)
-                    out[taker].append(tp)
-                    moved = True
-                    break
-            if moved:
-                break
-        if not moved:
-            return
+    owned = {m: set(tps) for m, tps in out.items()}
+    # a donor gives away first what it did not own before (stickiness)
+    balance(owned, eligible.__getitem__, rank.__getitem__, lambda donor, tp: (previous.get(tp) == donor, tp))
+    return {m: sorted(tps) for m, tps in owned.items()}
 
 
 ASSIGNORS = {

@@ -22,7 +22,7 @@ from pybroker.protocol.errors import ErrorCode
 
 METADATA, FIND_COORDINATOR = 3, 10
 METADATA_RANGE = (1, 12)  # v0 cannot ask for "all topics" and "no topics" distinctly
-FIND_COORDINATOR_RANGE = (0, 4)
+FIND_COORDINATOR_RANGE = (0, 6)  # v5: TRANSACTION_ABORTABLE; v6 only adds the share-group key type
 CONTROLLER = "controller"  # ``call`` target: the active controller
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 JITTER = 0.2
@@ -84,6 +84,25 @@ class Cluster:
             return -1
         p = t.partitions.get(tp[1])
         return -1 if p is None else p.leader
+
+    def maybe_update_leader(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                            endpoints: dict) -> bool:
+        """Apply a leader hint from a response (KIP-951) when its leader epoch is newer than the
+        cached one; ``endpoints`` (node id -> BrokerMetadata) names brokers the cache may lack. True
+        if applied, so the caller can retry at once instead of refreshing metadata."""
+        t = self._topics.get(topic)
+        p = None if t is None else t.partitions.get(partition)
+        if p is None or leader < 0:
+            return False
+        newer = leader_epoch > p.leader_epoch if p.leader_epoch >= 0 else leader != p.leader
+        if not newer:  # a stale or repeated hint: the caller backs off and refreshes as usual
+            return False
+        b = self.brokers.get(leader) or endpoints.get(leader)
+        if b is None:
+            return False
+        self.brokers.setdefault(leader, b)
+        t.partitions[partition] = p._replace(leader=leader, leader_epoch=leader_epoch, error=0)
+        return True
 
     def request_update(self) -> None:
         """Mark the metadata stale: the next ``maybe_refresh`` fetches it again."""

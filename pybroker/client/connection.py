@@ -29,7 +29,7 @@ from pybroker.protocol import DecodeError, REQUESTS, decode_response, encode_req
 from pybroker.protocol.errors import ErrorCode
 
 API_VERSIONS_KEY = 18
-API_VERSIONS_RANGE = (0, 3)  # the ApiVersions versions this client speaks
+API_VERSIONS_RANGE = (0, 4)  # the ApiVersions versions this client speaks (older brokers: the v0 fallback)
 SOFTWARE_NAME = "pybroker-python"
 SOFTWARE_VERSION = "0.1.0"
 DEFAULT_MAX_FRAME = 1 << 30

@@ -50,8 +50,8 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
-OFFSET_COMMIT_RANGE = (2, 7)
-OFFSET_FETCH_RANGE = (1, 7)  # v7 carries require_stable: pending transactional offsets are waited for
+OFFSET_COMMIT_RANGE = (2, 9)  # v9 also serves classic members (generation + member id)
+OFFSET_FETCH_RANGE = (1, 9)  # v7+: require_stable waits for pending transactional offsets; v8+: groups array
 UNLIMITED = INT_MAX
 RAW_POLL_BYTES = 64 << 20  # poll_raw: about this many fetched bytes per call
 CLOSE_TIMEOUT_MS = 30000  # Java's KafkaConsumer.close() default
@@ -597,13 +597,21 @@ class AsyncConsumer:
         by_topic: dict = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
+        # both shapes: the version (v8+ carries a groups array) is chosen when the request goes out;
+        # no member id/epoch (v9): the committed offsets are read without a membership check
         req = api(group_id=self.group_id, require_stable=True,
-                  topics=[api.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+                  topics=[api.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+                  groups=[api.OffsetFetchRequestGroup(
+                      group_id=self.group_id, member_id=None, member_epoch=-1,
+                      topics=[api.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                              for t, ps in by_topic.items()])])
 
         def check(body):
-            if body.error_code:
-                return body.error_code
-            for t in body.topics:
+            code, topics = (body.groups[0].error_code, body.groups[0].topics) if body.groups else (
+                body.error_code, body.topics)
+            if code:
+                return code
+            for t in topics:
                 for p in t.partitions:
                     if p.error_code and p.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                         return p.error_code, f"fetching the committed offset of {t.name}-{p.partition_index}"
@@ -612,7 +620,7 @@ class AsyncConsumer:
         body = await self._cluster.call(None, req, *OFFSET_FETCH_RANGE, group_id=self.group_id, check=check,
                                         timeout_s=timeout_s)
         out = {tp: None for tp in tps}
-        for t in body.topics:
+        for t in (body.groups[0].topics if body.groups else body.topics):
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
                 if tp in out and p.committed_offset >= 0 and not p.error_code:

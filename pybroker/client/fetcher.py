@@ -1,8 +1,12 @@
 """The consumer's fetcher: positions per partition, prefetching Fetch requests, buffered data.
 
-Two threads may touch it. The event loop runs the fetch machinery (``run``): one Fetch (v4-11)
+Two threads may touch it. The event loop runs the fetch machinery (``run``): one Fetch (v4-17)
 at a time per leader broker, on a connection of its own (so a long poll never delays the
-group's or the metadata requests), naming every fetchable partition that broker leads. A
+group's or the metadata requests), in an incremental fetch session with that broker (v7+,
+``fetch_session``): the first Fetch names every fetchable partition that broker leads, later
+ones only the partitions whose position changed. v13+ name topics by id (when every topic's id
+is known; UNKNOWN_TOPIC_ID refreshes the metadata), v12+ send the epoch of the last fetched
+batch so the leader reports a diverging epoch after a log truncation. A
 response is not decoded on the loop: each partition's records are checked only for where their
 last complete batch ends (the next fetch offset), then queued as a ``Chunk`` and the next Fetch
 goes out at once, so the broker works while the application consumes. The thread that polls
@@ -22,12 +26,14 @@ import logging
 import struct
 import threading
 import time
+import uuid
 
 from pybroker import core
 from pybroker.client.cluster import backoff_s
 from pybroker.client.connection import BrokerConnection
 from pybroker.client.errors import (INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, error_for)
-from pybroker.client.types import EARLIEST, LATEST, RawChunk, TopicPartition
+from pybroker.client.fetch_session import FetchParams, FetchSession
+from pybroker.client.types import EARLIEST, LATEST, BrokerMetadata, RawChunk, TopicPartition
 from pybroker.errors import CorruptRecordError
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
@@ -35,22 +41,29 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 FETCH, LIST_OFFSETS = 1, 2
-FETCH_RANGE = (4, 11)  # v12+ are flexible and carry topic ids; v11 is what the broker serves
-LIST_OFFSETS_RANGE = (1, 5)
+FETCH_RANGE = (4, 17)  # v7+ sessions, v12+ flexible with diverging epochs, v13+ topic ids
+FETCH_BY_NAME_MAX = 12  # the last version naming topics: used while some topic's id is unknown
+FIRST_DIVERGING_EPOCH_VERSION = 12
+SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+NO_TOPIC_ID = uuid.UUID(int=0)
+LIST_OFFSETS_RANGE = (1, 10)  # v7+ also answer MAX_TIMESTAMP (-3); v10 bounds remote lookups by timeout_ms
 PREFETCH_CHUNKS = 4
 RESET_STRATEGIES = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct("<q")  # Arrow's little-endian int64 offsets column
+LEADER_EPOCH_AT = 12  # base offset 8 + length 4
 LAST_OFFSET_DELTA_AT = 23  # base offset 8 + length 4 + leader epoch 4 + magic 1 + crc 4 + attributes 2
 MIN_BATCH = 61  # a v2 batch header
 
 
-def batches_end(buf) -> int:
-    """One past the last offset of the complete batches in ``buf`` (-1 if none is complete)."""
+def batches_end(buf) -> tuple:
+    """(one past the last offset, leader epoch) of the last complete batch in ``buf``; (-1, -1)
+    if none is complete."""
     n = len(buf)
-    pos, next_offset = 0, -1
+    pos, next_offset, last = 0, -1, -1
     head, i32 = _BATCH_HEAD.unpack_from, _I32.unpack_from
     while n - pos >= MIN_BATCH:
         base, length = head(buf, pos)
@@ -58,13 +71,14 @@ def batches_end(buf) -> int:
         if length < MIN_BATCH - 12 or end > n:
             break
         next_offset = base + i32(buf, pos + LAST_OFFSET_DELTA_AT)[0] + 1
+        last = pos
         pos = end
-    return next_offset
+    return next_offset, (i32(buf, last + LEADER_EPOCH_AT)[0] if last >= 0 else -1)
 
 
 class PartitionState:
     """One assigned partition: the application's position and the fetcher's."""
-    __slots__ = ("tp", "position", "position_epoch", "fetch_position", "epoch", "paused", "buffered",
+    __slots__ = ("tp", "position", "position_epoch", "fetch_position", "fetch_epoch", "epoch", "paused", "buffered",
                  "reset", "error", "retry_at", "in_flight", "resolving", "high_watermark",
                  "last_stable_offset", "log_start_offset")
 
@@ -73,6 +87,7 @@ class PartitionState:
         self.position = None  # next offset to hand to the application (None: not known yet)
         self.position_epoch = -1  # leader epoch of the last record handed out
         self.fetch_position = None  # next offset to fetch
+        self.fetch_epoch = -1  # leader epoch of the last batch fetched (Fetch v12+: truncation detection)
         self.epoch = 0  # bumped by seek/reset: older chunks and responses are discarded
         self.paused = False
         self.buffered = 0  # bytes of queued, not fully consumed chunks
@@ -135,6 +150,7 @@ class Fetcher:
         self._node_tasks: dict = {}  # node id -> the task of its Fetch in flight
         self._aux_tasks: set = set()
         self._conns: dict = {}  # node id -> our own BrokerConnection for fetching
+        self._sessions: dict = {}  # node id -> FetchSession
         self._conn_failures: dict = {}
         self._node_failures: dict = {}  # node id -> unexpected failures of its fetch loop in a row
         self._node_retry_at: dict = {}  # node id -> when its fetch loop may start again
@@ -243,7 +259,7 @@ class Fetcher:
     def _seek_locked(self, state, offset) -> None:
         self._drop_locked(state)
         state.position = state.fetch_position = offset
-        state.position_epoch = -1
+        state.position_epoch = state.fetch_epoch = -1
         state.reset = None
         state.error = None
         state.retry_at = 0.0
@@ -618,34 +634,71 @@ class Fetcher:
         self._conns[node] = conn
         return conn
 
-    def _fetch_request(self, states):
-        api = REQUESTS[FETCH]
-        topics: dict = {}
-        epochs = {}
+    def _wanted(self, states) -> tuple:
+        """({(topic, partition): FetchParams}, {topic id: name} or None when some topic's id is
+        unknown, the sent map {tp: (state, epoch, fetch offset)} for the response)."""
+        topics = self.cluster.topics
+        wanted, sent, ids = {}, {}, {}
+        max_bytes = self.partition_max_bytes
         for s in states:
-            topics.setdefault(s.tp.topic, []).append(api.FetchPartition(
-                partition=s.tp.partition, current_leader_epoch=-1, fetch_offset=s.fetch_position,
-                log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
-            epochs[s.tp] = (s, s.epoch, s.fetch_position)
-        req = api(replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
-                  isolation_level=1 if self.read_committed else 0, session_id=0, session_epoch=-1,
-                  topics=[api.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                  forgotten_topics_data=[], rack_id=self.rack)
-        return req, epochs
+            tp = s.tp
+            t = topics.get(tp.topic)
+            pm = None if t is None else t.partitions.get(tp.partition)
+            topic_id = None if t is None else t.topic_id
+            if ids is not None:
+                if topic_id is None or topic_id == NO_TOPIC_ID:
+                    ids = None
+                else:
+                    ids[topic_id] = tp.topic
+            wanted[tp] = FetchParams(topic_id, s.fetch_position, -1 if pm is None else pm.leader_epoch,
+                                     s.fetch_epoch, max_bytes)
+            sent[tp] = (s, s.epoch, s.fetch_position)
+        return wanted, ids, sent
+
+    def _fetch_request(self, session, wanted: dict, by_id: bool):
+        """The Fetch for ``wanted`` in ``session`` (names or, ``by_id``, topic ids)."""
+        api = REQUESTS[FETCH]
+        plan = session.plan(wanted, by_id)
+        topics: dict = {}
+        for (topic, partition), fp in plan.send.items():
+            topics.setdefault(topic, []).append(api.FetchPartition(
+                partition=partition, current_leader_epoch=fp.current_leader_epoch, fetch_offset=fp.fetch_offset,
+                last_fetched_epoch=fp.last_fetched_epoch, log_start_offset=-1, partition_max_bytes=fp.max_bytes))
+        forgotten: dict = {}
+        for topic, topic_id, partition in plan.forgotten:
+            forgotten.setdefault((topic, topic_id), []).append(partition)
+        return api(replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+                   isolation_level=1 if self.read_committed else 0, session_id=plan.session_id,
+                   session_epoch=plan.epoch,
+                   topics=[api.FetchTopic(topic=t, topic_id=wanted[(t, ps[0].partition)].topic_id or NO_TOPIC_ID,
+                                          partitions=ps) for t, ps in topics.items()],
+                   forgotten_topics_data=[api.ForgottenTopic(topic=t, topic_id=i or NO_TOPIC_ID, partitions=ps)
+                                          for (t, i), ps in forgotten.items()],
+                   rack_id=self.rack)
+
+    def _session(self, node: int) -> FetchSession:
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSession()
+        return session
 
     async def _node_loop(self, node: int) -> None:
         """Fetch from one leader back to back while it has fetchable partitions. The next request
         goes out before the application is told about the data just received, so the broker
         works while the application decodes."""
-        states, notify = [], False
+        states, notify, refetched = [], False, False
+        session = self._session(node)
         try:
             states = self._take_fetchable(node)
             while states and not self._closed:
-                with self.lock:
-                    req, sent = self._fetch_request(states)
                 try:
                     conn = await self._connection(node)
-                    version = conn.version(FETCH, *FETCH_RANGE)
+                    with self.lock:
+                        wanted, ids, sent = self._wanted(states)
+                    version = conn.version(FETCH, FETCH_RANGE[0],
+                                           FETCH_RANGE[1] if ids is not None else FETCH_BY_NAME_MAX)
+                    by_id = version > FETCH_BY_NAME_MAX
+                    req = self._fetch_request(session, wanted, by_id)
                     fut = conn.request_future(req, version, self.config.seconds("request.timeout.ms")
                                               + self.max_wait_ms / 1000.0)
                     if notify:
@@ -653,19 +706,32 @@ class Fetcher:
                         self._notify_data()
                     resp = await fut
                 except KafkaError as exc:
+                    session.failed(None)
                     self._release(states)
                     self._backoff(states, exc, metadata=True)
                     return
                 if resp.error_code:
+                    session.failed(resp.error_code)
+                    if resp.error_code in SESSION_ERRORS and not refetched:  # the next Fetch is full: at once
+                        refetched = True
+                        log.debug("fetch session with broker %s lost (%s); fetching in full", node,
+                                  error_for(resp.error_code).name)
+                        self._release(states)
+                        states = self._take_fetchable(node)
+                        continue
                     self._release(states)
                     self._backoff(states, error_for(resp.error_code), metadata=True)
                     return
-                notify = self._handle_response(resp, sent)
+                session.answered(resp.session_id)
+                refetched = False
+                notify = self._handle_response(resp, sent, ids if by_id else None,
+                                               version >= FIRST_DIVERGING_EPOCH_VERSION)
                 if node in self._node_failures:
                     self._node_recovered(node)
                 self._release(states)
                 states = self._take_fetchable(node)
         except Exception as exc:  # a bug or unexpected data: retried later, never in a tight loop
+            session.restart()
             self._node_failed(node, exc)
         finally:
             self._release(states)
@@ -715,14 +781,17 @@ class Fetcher:
             self.cluster.request_update()
             self._refresh_metadata_soon()
 
-    def _handle_response(self, resp, sent: dict) -> bool:
-        """Queue the data, note errors; True when a waiting poll should be woken."""
+    def _handle_response(self, resp, sent: dict, names: dict | None = None, diverging: bool = False) -> bool:
+        """Queue the data, note errors; True when a waiting poll should be woken. ``names``: topic
+        id -> name when the response names topics by id; ``diverging``: it may carry diverging
+        epochs (v12+)."""
         queued = False
-        reset, retry, failed = [], [], False
+        reset, retry, failed, hinted = [], [], False, False
         with self.lock:
             for t in resp.responses:
+                topic = t.topic if names is None else names.get(t.topic_id)
                 for p in t.partitions:
-                    tp = TopicPartition(t.topic, p.partition_index)
+                    tp = TopicPartition(topic, p.partition_index)
                     entry = sent.get(tp)
                     if entry is None:
                         continue
@@ -736,10 +805,13 @@ class Fetcher:
                         state.log_start_offset = p.log_start_offset
                         data = p.records
                         if data is None or len(data) == 0:
+                            if diverging and p.diverging_epoch.epoch >= 0:
+                                failed |= self._truncated_locked(state, p.diverging_epoch)
                             continue
-                        next_offset = batches_end(data)
+                        next_offset, last_epoch = batches_end(data)
                         if next_offset <= offset:
                             continue  # only a partial batch: fetch the same offset again
+                        state.fetch_epoch = last_epoch
                         aborted = None
                         if self.read_committed and p.aborted_transactions:
                             aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
@@ -751,6 +823,8 @@ class Fetcher:
                         queued = True
                     elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                         reset.append(state)
+                    elif code in LEADER_MOVED and self._apply_hint(tp, p.current_leader, resp.node_endpoints):
+                        hinted = True  # the response named the new leader: fetch there, no refresh
                     elif code in INVALID_METADATA_CODES or code in (ErrorCode.OFFSET_NOT_AVAILABLE,
                                                                     ErrorCode.REQUEST_TIMED_OUT):
                         retry.append(state)
@@ -761,7 +835,34 @@ class Fetcher:
                 self._out_of_range_locked(state)
         if retry:
             self._backoff(retry, None, metadata=True)
+        if hinted:
+            self._wakeup.set()
         return bool(queued or failed or reset)
+
+    def _apply_hint(self, tp, leader, endpoints) -> bool:
+        """KIP-951: move ``tp`` to the leader the response named (True if it was newer)."""
+        if leader is None or leader.leader_id < 0:
+            return False
+        known = {n.node_id: BrokerMetadata(n.node_id, n.host, n.port, n.rack) for n in endpoints or ()}
+        return self.cluster.maybe_update_leader(tp.topic, tp.partition, leader.leader_id, leader.leader_epoch, known)
+
+    def _truncated_locked(self, state, diverging) -> bool:
+        """The leader's log diverged from what was fetched (it ends the epoch of our last batch at
+        ``diverging.end_offset``): go back there, as Kafka's consumer does, or with
+        auto.offset.reset=none report the truncation. True when an error was queued."""
+        tp = state.tp
+        end = diverging.end_offset
+        if self.reset_is_none:
+            state.error = KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                     f"log truncation detected for {tp.topic}-{tp.partition}: the leader's epoch "
+                                     f"{diverging.epoch} ends at offset {end}, before the fetch position "
+                                     f"{state.fetch_position}", retriable=False, name="LOG_TRUNCATION")
+            return True
+        target = end if state.position is None else min(state.position, end)
+        log.warning("truncation detected for %s-%s: the leader's epoch %s ends at offset %s; fetching again "
+                    "from offset %s", tp.topic, tp.partition, diverging.epoch, end, target)
+        self._seek_locked(state, max(target, 0))
+        return False
 
     def _out_of_range_locked(self, state) -> None:
         tp = state.tp
@@ -867,6 +968,7 @@ class Fetcher:
 
         for node, topics in by_node.items():
             req = api(replica_id=-1, isolation_level=1 if self.read_committed else 0,
+                      timeout_ms=self.cluster.config["request.timeout.ms"],
                       topics=[api.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
             body = await self.cluster.call(node, req, *LIST_OFFSETS_RANGE, check=check)
             for t in body.topics:

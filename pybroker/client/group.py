@@ -41,7 +41,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-JOIN_RANGE, SYNC_RANGE, HEARTBEAT_RANGE, LEAVE_RANGE = (1, 7), (0, 5), (0, 4), (0, 5)
+JOIN_RANGE, SYNC_RANGE, HEARTBEAT_RANGE, LEAVE_RANGE = (1, 9), (0, 5), (0, 4), (0, 5)  # v8+/v5: a reason (KIP-800)
 PROTOCOL_TYPE = "consumer"
 UNJOINED, REBALANCING, STABLE = "unjoined", "rebalancing", "stable"
 
@@ -125,7 +125,36 @@ class CoordinatorLink:
             await conn.close()
 
 
-class GroupMembership:
+class MembershipLifecycle:
+    """Stop, close and abort, the same for both group protocols. A subclass holds ``_link`` (its
+    CoordinatorLink) and ``_closing``, and defines ``_tasks()`` (its tasks) and ``leave(reason)``."""
+
+    def _tasks(self) -> tuple:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """Stop the membership's tasks (the member stays in the group until ``close``)."""
+        self._closing = True
+        tasks = [t for t in self._tasks() if t is not None and not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self, leave: bool = True) -> None:
+        """Stop the tasks, then leave the group as the protocol does (``leave``)."""
+        await self.stop()
+        if leave:
+            await self._link.abort_busy()  # a JoinGroup/SyncGroup or heartbeat parked there must not delay the leave
+            await self.leave("the consumer is closing")
+        await self._link.close()
+
+    async def abort(self) -> None:
+        """Drop the coordinator connection now (a close that ran out of time)."""
+        await self._link.close()
+
+
+class GroupMembership(MembershipLifecycle):
     def __init__(self, config, cluster, invoke, commit_positions, notify):
         self.config = config
         self.cluster = cluster
@@ -152,6 +181,7 @@ class GroupMembership:
         self.last_poll = time.monotonic()
         self.poll_timed_out = False
         self._rejoin = None  # asyncio.Event: a rebalance is wanted
+        self.rejoin_reason = None  # why, for the next JoinGroup (v8+)
         self._link = CoordinatorLink(config, cluster, self.group_id)
         self._task = None
         self._hb_task = None
@@ -183,6 +213,7 @@ class GroupMembership:
 
     def request_rejoin(self, reason: str) -> None:
         log.debug("group %s: rejoin requested: %s", self.group_id, reason)
+        self.rejoin_reason = reason  # sent with the next JoinGroup (v8+) for the coordinator's log
         if self._rejoin is not None:
             self._rejoin.set()
 
@@ -212,26 +243,8 @@ class GroupMembership:
         self.error = exc
         self._notify()
 
-    async def stop(self) -> None:
-        """Stop the membership and heartbeat tasks (the member stays in the group until ``close``)."""
-        self._closing = True
-        tasks = [t for t in (self._task, self._hb_task) if t is not None and not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def close(self, leave: bool = True) -> None:
-        """Stop the tasks and (dynamic members) leave the group."""
-        await self.stop()
-        if leave:
-            await self._link.abort_busy()  # a JoinGroup/SyncGroup may be parked there
-            await self.leave("the consumer is closing")
-        await self._link.close()
-
-    async def abort(self) -> None:
-        """Drop the coordinator connection now (a close that ran out of time)."""
-        await self._link.close()
+    def _tasks(self) -> tuple:
+        return self._task, self._hb_task
 
     async def leave(self, reason: str) -> None:
         """LeaveGroup (dynamic members only, as Java's consumer: a static member's session
@@ -384,7 +397,7 @@ class GroupMembership:
         req = api(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
                   rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
                   group_instance_id=self.instance_id, protocol_type=PROTOCOL_TYPE, protocols=protocols,
-                  reason=None)
+                  reason=self.rejoin_reason)
         timeout = max(self.config.seconds("request.timeout.ms"), self.rebalance_timeout_ms / 1000 + 5)
         resp = await self._link.request(req, JOIN_RANGE, timeout)
         code = resp.error_code

@@ -29,7 +29,7 @@ import uuid
 
 from pybroker.client.cluster import backoff_s
 from pybroker.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, error_for
-from pybroker.client.group import CoordinatorLink
+from pybroker.client.group import CoordinatorLink, MembershipLifecycle
 from pybroker.client.types import TopicPartition
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
@@ -69,7 +69,7 @@ class _SentFields:
         self.assignment_version = None
 
 
-class ConsumerProtocolMembership:
+class ConsumerProtocolMembership(MembershipLifecycle):
     offset_commit_range = OFFSET_COMMIT_RANGE
 
     def __init__(self, config, cluster, invoke, commit_positions, notify):
@@ -170,25 +170,8 @@ class ConsumerProtocolMembership:
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Stop both tasks (the member stays in the group until ``close``)."""
-        self._closing = True
-        tasks = [t for t in (self._task, self._reconcile_task) if t is not None and not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def close(self, leave: bool = True) -> None:
-        await self.stop()
-        if leave:
-            await self._link.abort_busy()  # a heartbeat in flight must not delay the leave
-            await self.leave("the consumer is closing")
-        await self._link.close()
-
-    async def abort(self) -> None:
-        """Drop the coordinator connection now (a close that ran out of time)."""
-        await self._link.close()
+    def _tasks(self) -> tuple:
+        return self._task, self._reconcile_task
 
     async def leave(self, reason: str) -> None:
         """Heartbeat with epoch -1 (a static member: -2, it comes back under its instance id)."""

@@ -16,7 +16,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 INIT_PRODUCER_ID = 22
-INIT_PRODUCER_ID_RANGE = (0, 4)
+INIT_PRODUCER_ID_RANGE = (0, 5)  # v5 may answer TRANSACTION_ABORTABLE
 SEQ_MOD = 1 << 31  # sequences are int32 and wrap to 0
 MAX_IDEMPOTENT_IN_FLIGHT = 5  # batches per partition the broker remembers for deduplication
 

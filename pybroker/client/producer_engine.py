@@ -93,7 +93,7 @@ class ProducerEngine:
         self.report_callback = None  # report_callback(cb, err, md): deliver a user callback
         self.on_progress = None  # records completed or buffer freed (thread-safe notify)
         self.stats = {"records_sent": 0, "batches_sent": 0, "bytes_sent": 0, "requests": 0, "retries": 0,
-                      "record_errors": 0, "batch_errors": 0}
+                      "record_errors": 0, "batch_errors": 0, "leader_hints": 0}  # hints: KIP-951 moves
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -129,6 +129,13 @@ class ProducerEngine:
 
     def kick_all(self) -> None:
         for s in self.senders.values():
+            s.kick()
+
+    def kick_leader(self, node_id: int) -> None:
+        """A partition moved to ``node_id`` (a leader hint): make sure its sender runs."""
+        self._ensure_senders()
+        s = self.senders.get(node_id)
+        if s is not None:
             s.kick()
 
     def begin_flush(self) -> None:

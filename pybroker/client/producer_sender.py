@@ -8,15 +8,17 @@ from pybroker.client.cluster import backoff_s
 from pybroker.client.errors import INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, KafkaTimeoutError, error_for
 from pybroker.client.idempotence import sequence_verdict
 from pybroker.client.producer_config import COMPRESSION
+from pybroker.client.types import BrokerMetadata
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 PRODUCE = 0
-PRODUCE_RANGE = (3, 8)  # record batches (v3) up to what the broker offers (v8: record errors)
+PRODUCE_RANGE = (3, 11)  # record batches (v3+); v9+ flexible; v10+ leader hints (KIP-951); v11 TRANSACTION_ABORTABLE
 FIRST_ZSTD_VERSION = 7
 DUPLICATE_SEQUENCE = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})  # may carry a hint
 
 
 class BrokerSender:
@@ -163,10 +165,24 @@ class BrokerSender:
                     self._delivered(b, pr.base_offset, pr.log_append_time_ms)
                 else:
                     msg = pr.error_message or _description(pr.error_code)
-                    self._failed(b, error_for(pr.error_code, f"{b.topic}-{b.partition}: {msg}"), False)
+                    hinted = pr.error_code in LEADER_MOVED and self._apply_hint(b, pr, body)
+                    self._failed(b, error_for(pr.error_code, f"{b.topic}-{b.partition}: {msg}"), False, hinted)
         finally:
             self.kick()
 
+    def _apply_hint(self, b, pr, body) -> bool:
+        """Move the partition to the leader the broker named (v10+), skipping a metadata refresh."""
+        hint = pr.current_leader
+        if hint is None or hint.leader_id < 0:
+            return False
+        endpoints = {n.node_id: BrokerMetadata(n.node_id, n.host, n.port, n.rack) for n in body.node_endpoints or ()}
+        applied = self.engine.cluster.maybe_update_leader(b.topic, b.partition, hint.leader_id, hint.leader_epoch,
+                                                          endpoints)
+        if applied:
+            self.engine.stats["leader_hints"] += 1
+            if hint.leader_id != self.node_id:
+                self.engine.kick_leader(hint.leader_id)
+        return applied
 
     # ---- outcomes ---------------------------------------------------------------------------
 
@@ -184,8 +200,9 @@ class BrokerSender:
                 b.attempts += 1
             self._failed(b, err, maybe_written)
 
-    def _failed(self, b, err: KafkaError, maybe_written: bool) -> None:
-        """Retry the batch (unchanged, after a backoff) or fail it for good."""
+    def _failed(self, b, err: KafkaError, maybe_written: bool, hinted: bool = False) -> None:
+        """Retry the batch (unchanged, after a backoff) or fail it for good. ``hinted``: the
+        response already named the new leader, so no metadata refresh is needed."""
         eng = self.engine
         now = now_ms()
         code = err.code
@@ -199,10 +216,12 @@ class BrokerSender:
             retriable = False
         if (retriable and not eng.stopped and b.attempts <= eng.retries
                 and now - b.created_ms < eng.delivery_timeout_ms):
-            if isinstance(err, KafkaConnectionError) or code in INVALID_METADATA_CODES:
+            if not hinted and (isinstance(err, KafkaConnectionError) or code in INVALID_METADATA_CODES):
                 eng.cluster.request_update()
                 eng.request_metadata()
-            delay = backoff_s(b.attempts - 1, eng.cfg["retry.backoff.ms"], eng.cfg["retry.backoff.max.ms"])
+            # a hinted new leader is tried at once (KIP-951); anything else backs off
+            delay = 0.0 if hinted else backoff_s(b.attempts - 1, eng.cfg["retry.backoff.ms"],
+                                                 eng.cfg["retry.backoff.max.ms"])
             eng.acc.requeue(b, now + int(delay * 1000), maybe_written)
             eng.stats["retries"] += 1
             return

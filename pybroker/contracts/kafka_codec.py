@@ -29,6 +29,9 @@ tagged-field section after each aborted transaction, partition, topic and the bo
 partition's carries ``diverging_epoch`` (tag 0, from the result's (epoch, end offset) or None)
 and ``current_leader`` (tag 1, (leader id, leader epoch) or None); the body's carries
 ``node_endpoints`` (tag 0, v16+, (node id, host, port, rack or None) tuples) when given.
+``tagged=False`` is the caller's word that no result has a diverging epoch or a current leader:
+those attributes are then not read and every partition's tagged-field section is empty (the common
+case, a byte per partition and no attribute lookups).
 From v13 a topic is written as its id (``.topic_id``: uuid.UUID or 16 bytes), not its name;
 the records of a partition are followed by its tagged fields, so those open the next bytes part.
 A field out of range for its wire type, a non-integer, a topic name that is not a str of at
@@ -76,10 +79,11 @@ class KafkaCodec(Protocol):
 
     def encode_fetch(self, version: int, topics: Sequence, results: Sequence,
                      committed_only: bool, session_id: int = 0, error_code: int = 0,
-                     node_endpoints: Sequence | None = None) -> list:
+                     node_endpoints: Sequence | None = None, tagged: bool = True) -> list:
         """FetchResponse v4-v17 body: ``topics`` have ``.topic`` (v4-v12) or ``.topic_id`` (v13+)
         and ``.partitions[i].partition``;
         ``results`` (flat, request order) have ``.error``, ``.high_watermark``,
         ``.last_stable_offset``, ``.log_start_offset``, ``.records`` (None or an object with
         ``.length``, passed through untouched), read when ``committed_only``,
-        ``.aborted_transactions`` and, v12+, ``.diverging_epoch`` and ``.current_leader``."""
+        ``.aborted_transactions`` and, v12+ unless ``tagged`` is false, ``.diverging_epoch`` and
+        ``.current_leader``."""

@@ -20,6 +20,7 @@ class PartitionState:
     controller_epoch: int = 0
     zk_version: int = 0  # the state znode's version: the leader's ISR writes are conditional on it
     offline: tuple = ()
+    leader_recovery_state: int = 0  # KIP-704: 1 (RECOVERING) after an unclean election, else 0
 
 
 @dataclass(frozen=True)

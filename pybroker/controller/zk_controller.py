@@ -28,9 +28,11 @@ from pybroker.security.inter_broker import inter_broker_security
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR, LEADER_AND_ISR_VERSION = 4, 5
-UPDATE_METADATA, UPDATE_METADATA_VERSION = 6, 7
-STOP_REPLICA, STOP_REPLICA_VERSION = 5, 3
+# our brokers' newest versions (a ZooKeeper controller picks them itself; brokers do not negotiate these)
+LEADER_AND_ISR, LEADER_AND_ISR_VERSION = 4, 7
+UPDATE_METADATA, UPDATE_METADATA_VERSION = 6, 8
+STOP_REPLICA, STOP_REPLICA_VERSION = 5, 4
+RECOVERED = 0  # KIP-704 leader recovery state: elections here never leave a partition recovering
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 UNKNOWN_SERVER_ERROR, BROKER_NOT_AVAILABLE, NOT_CONTROLLER, STALE_BROKER_EPOCH = -1, 8, 41, 77
@@ -567,8 +569,9 @@ class ZkController:
                     topic_name=key[0], partition_index=key[1], controller_epoch=self.epoch, leader=s.leader,
                     leader_epoch=s.leader_epoch, isr=list(s.isr), partition_epoch=s.zk_version,
                     replicas=list(s.replicas), adding_replicas=list(self.reassigner.adding_removing(key)[0]),
-                    removing_replicas=list(self.reassigner.adding_removing(key)[1]), is_new=is_new))
-            req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch,
+                    removing_replicas=list(self.reassigner.adding_removing(key)[1]), is_new=is_new,
+                    leader_recovery_state=RECOVERED))
+            req = req_cls(controller_id=self.node_id, is_k_raft_controller=False, controller_epoch=self.epoch,
                           broker_epoch=self.live[bid].epoch, type=0,
                           topic_states=[req_cls.LeaderAndIsrTopicState(topic_name=t, topic_id=topic_uuid(
                               self.topic_ids.get(t)), partition_states=ps) for t, ps in topics.items()],
@@ -597,8 +600,8 @@ class ZkController:
                                for name, (host, port) in info.endpoints.items()], rack=info.rack)
             for bid, info in sorted(self.live.items())]
         for bid, info in self.live.items():
-            req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch, broker_epoch=info.epoch,
-                          topic_states=[req_cls.UpdateMetadataTopicState(
+            req = req_cls(controller_id=self.node_id, is_k_raft_controller=False, controller_epoch=self.epoch,
+                          broker_epoch=info.epoch, topic_states=[req_cls.UpdateMetadataTopicState(
                               topic_name=t, topic_id=topic_uuid(self.topic_ids.get(t)), partition_states=ps)
                               for t, ps in topics.items()], live_brokers=brokers)
             self.channel.send(bid, req, UPDATE_METADATA_VERSION)
@@ -610,7 +613,8 @@ class ZkController:
             topics.setdefault(t, []).append(req_cls.StopReplicaPartitionState(
                 partition_index=p, leader_epoch=-2 if delete else self.states[(t, p)].leader_epoch,
                 delete_partition=delete))
-        req = req_cls(controller_id=self.node_id, controller_epoch=self.epoch, broker_epoch=self.live[bid].epoch,
+        req = req_cls(controller_id=self.node_id, is_k_raft_controller=False, controller_epoch=self.epoch,
+                      broker_epoch=self.live[bid].epoch,
                       topic_states=[req_cls.StopReplicaTopicState(topic_name=t, partition_states=ps)
                                     for t, ps in topics.items()])
         self.channel.send(bid, req, STOP_REPLICA_VERSION)

@@ -9,6 +9,8 @@ subscribed topic goes to exactly one member subscribed to it; pure functions, no
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from pybroker.assign_balance import balance
+
 Assignment = dict  # topic id (UUID) -> frozenset[int]
 
 
@@ -44,26 +46,9 @@ def uniform(members: dict[str, MemberSpec], topics: dict[UUID, int]) -> dict[str
     for tp in free:
         best = min(subscribers[tp[0]], key=lambda m: (len(owned[m]), m))
         owned[best].add(tp)
-    _balance(owned, subscribers, len(partitions))
+    balance(owned, lambda tp: subscribers[tp[0]], rank=lambda m: m,
+            give_first=lambda _, tp: (str(tp[0]), tp[1]))
     return {m: _as_assignment(owned[m]) for m in ids}
-
-
-def _balance(owned: dict[str, set], subscribers: dict, budget: int) -> None:
-    """Move partitions from fuller to emptier eligible members until no move narrows a gap of 2+."""
-    for _ in range(budget):  # each move lowers the sum of squared counts: bounded by the partition count
-        moved = False
-        for giver in sorted(owned, key=lambda m: (-len(owned[m]), m)):
-            for tp in sorted(owned[giver], key=lambda tp: (str(tp[0]), tp[1])):
-                taker = min(subscribers[tp[0]], key=lambda m: (len(owned[m]), m))
-                if len(owned[giver]) - len(owned[taker]) > 1:
-                    owned[giver].discard(tp)
-                    owned[taker].add(tp)
-                    moved = True
-                    break
-            if moved:
-                break
-        if not moved:
-            return
 
 
 def range_(members: dict[str, MemberSpec], topics: dict[UUID, int]) -> dict[str, Assignment]:

@@ -8,20 +8,21 @@ subscriptions or the subscribed topics' partitions changed, (5) recomputes the t
 with the group's server assignor when the group epoch is ahead of it, and (6) reconciles the
 member toward its target (consumer_group.py). Timers: a session timeout per member
 (``group.consumer.session.timeout.ms``) and, while a member revokes, its rebalance timeout: a
-member that does not let go in time is fenced. Regex subscriptions (RE2-style, full match) are
-resolved against the non-internal topics; a group's topics (new ones, more partitions, deleted ones)
-are looked at again on a heartbeat at most every ``METADATA_REFRESH_S`` seconds.
+member that does not let go in time is fenced. Regex subscriptions (RE2, full match, topic_regex.py)
+are resolved against the non-internal topics, again only when the topic names or the group's regexes
+changed; a group's topics (new ones, more partitions, deleted ones) are looked at again on a heartbeat
+at most every ``METADATA_REFRESH_S`` seconds.
 Membership lives in memory; committed offsets are durable (offsets.py). After a coordinator move
 members hear UNKNOWN_MEMBER_ID and rejoin with epoch 0.
 """
 import asyncio
 import logging
-import re
 import time
-import uuid
 from dataclasses import dataclass
 
+from pybroker.controller.metadata_store import random_uuid, uuid_to_base64
 from pybroker.coordinator import assignors_server as assignors
+from pybroker.coordinator import topic_regex
 from pybroker.coordinator.group import now_ms
 from pybroker.coordinator.consumer_group import (LEAVE_EPOCH, STATIC_LEAVE_EPOCH, UNREVOKED_PARTITIONS,
                                                  ConsumerGroup, ConsumerMember, is_subset, same)
@@ -38,8 +39,11 @@ FENCED_INSTANCE_ID = 82
 FENCED_MEMBER_EPOCH = 110
 UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
+UNSUPPORTED_VERSION = 35
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
+FIRST_CONSUMER_COMMIT_VERSION = 9  # OffsetCommit: members of consumer groups send v9+ (Kafka refuses older)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # never matched by a regex
 METADATA_REFRESH_S = 1.0  # how stale a group's view of its topics (and regex matches) may get
 
 
@@ -74,6 +78,8 @@ class ConsumerGroupCoordinator:
         self.parent = parent
         self.config = parent.config
         self.groups: dict[str, ConsumerGroup] = {}
+        self.regexes = topic_regex.TopicRegexes()  # shared by the groups: matched once per set of topic names
+        self._names_checked = 0.0  # monotonic time the topic names were last handed to ``regexes``
 
     @property
     def assignor_names(self) -> tuple:
@@ -118,10 +124,9 @@ class ConsumerGroupCoordinator:
             return HeartbeatResult(UNSUPPORTED_ASSIGNOR, f"Assignor {req.server_assignor} is not supported. "
                                    f"Supported assignors: {', '.join(self.assignor_names)}.")
         if req.subscribed_regex:
-            try:
-                re.compile(req.subscribed_regex)
-            except re.error as e:
-                return HeartbeatResult(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex is invalid: {e}")
+            invalid_regex = topic_regex.invalid_message(req.subscribed_regex)
+            if invalid_regex:
+                return HeartbeatResult(INVALID_REGULAR_EXPRESSION, invalid_regex)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(req)
         group, error, message = self._group_for(req)
@@ -152,19 +157,20 @@ class ConsumerGroupCoordinator:
 
     @staticmethod
     def _invalid(req: HeartbeatRequest, version: int) -> str | None:
-        """Kafka's request checks: why this heartbeat is an INVALID_REQUEST, or None."""
-        if not req.group_id:
-            return "GroupId can't be empty."
-        if req.instance_id is not None and not req.instance_id:
-            return "InstanceId can't be empty."
-        if req.rack_id is not None and not req.rack_id:
-            return "RackId can't be empty."
-        if not req.member_id and (version >= 1 or req.member_epoch != 0):
+        """Kafka's request checks, in Kafka's order: why this heartbeat is an INVALID_REQUEST, or None.
+        Any RebalanceTimeoutMs but -1 is taken (0 or less: a member must revoke at once)."""
+        if _blank(req.member_id) and (version >= 1 or req.member_epoch > 0 or req.member_epoch == LEAVE_EPOCH):
             return "MemberId can't be empty."
+        if _blank(req.group_id):
+            return "GroupId can't be empty."
+        if req.instance_id is not None and _blank(req.instance_id):
+            return "InstanceId can't be empty."
+        if req.rack_id is not None and _blank(req.rack_id):
+            return "RackId can't be empty."
         if req.member_epoch == 0:
             if req.rebalance_timeout_ms == -1:
                 return "RebalanceTimeoutMs must be provided in first request."
-            if req.owned is None or any(req.owned.values()):
+            if req.owned is None or req.owned:  # an entry naming no partition is still an entry
                 return "TopicPartitions must be empty when (re-)joining."
             if not req.subscribed_names and not req.subscribed_regex:
                 return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
@@ -191,16 +197,16 @@ class ConsumerGroupCoordinator:
         return group, NONE, None
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest):
-        member_id = req.member_id or str(uuid.uuid4())  # v0 lets the coordinator choose
-        member = group.members.get(member_id)
-        if member is not None:  # a known member rejoining (e.g. after being fenced on its side)
-            return member, NONE, None
+        member_id = req.member_id or uuid_to_base64(random_uuid())  # v0 lets the coordinator choose, as Kafka
         if req.instance_id is not None and req.instance_id in group.static:
             old = group.members[group.static[req.instance_id]]
             if old.member_epoch != STATIC_LEAVE_EPOCH:
-                return None, UNRELEASED_INSTANCE_ID, (f"Static member {old.member_id} with instance id "
-                                                      f"{req.instance_id} is not released yet.")
+                return None, UNRELEASED_INSTANCE_ID, (f"Instance id {req.instance_id} still belongs to member "
+                                                      f"{old.member_id}: it has not left with epoch -2.")
             return self._replace_static(group, old, member_id), NONE, None
+        member = group.members.get(member_id)
+        if member is not None:  # a known member at epoch 0: only one that missed the answer to its join
+            return self._check_epoch(member, req)
         if len(group.members) >= self.max_size:
             return None, GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of {self.max_size} members."
         member = ConsumerMember(member_id, req.instance_id)
@@ -227,13 +233,24 @@ class ConsumerGroupCoordinator:
         member = group.members.get(req.member_id)
         if member is None:
             return None, UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {group.group_id}."
+        return self._check_epoch(member, req)
+
+    @staticmethod
+    def _check_epoch(member: ConsumerMember, req: HeartbeatRequest):
+        """Kafka's member epoch rule: the current epoch, or the previous one when the member only missed
+        our last answer (it owns no more than it was given); anything else is fenced."""
         if req.member_epoch == member.member_epoch:
             return member, NONE, None
-        if req.member_epoch < member.member_epoch and req.member_epoch == member.previous_epoch and \
-                req.owned is not None and is_subset(req.owned, member.assigned):
+        if req.member_epoch > member.member_epoch:
+            return None, FENCED_MEMBER_EPOCH, (
+                f"Member epoch {req.member_epoch} is ahead of the coordinator's ({member.member_epoch}): "
+                f"the member must give up its partitions and join again.")
+        owned = {} if req.member_epoch == 0 else req.owned  # a join reports nothing owned
+        if req.member_epoch == member.previous_epoch and owned is not None and is_subset(owned, member.assigned):
             return member, NONE, None  # it missed our last answer: it gets it again
-        return None, FENCED_MEMBER_EPOCH, (f"The consumer group member has a member epoch ({req.member_epoch}) "
-                                           f"that differs from the current one ({member.member_epoch}).")
+        return None, FENCED_MEMBER_EPOCH, (
+            f"Member epoch {req.member_epoch} is behind the coordinator's ({member.member_epoch}): "
+            f"the member must give up its partitions and join again.")
 
     def _update_member(self, group, member, req, client_id, client_host) -> None:
         member.client_id, member.client_host = client_id, client_host
@@ -259,9 +276,12 @@ class ConsumerGroupCoordinator:
             return False
         group.metadata_checked = now
         topics = self.parent.topics
-        regexes = {m.subscribed_regex for m in group.members.values() if m.subscribed_regex}
-        group.regex_topics = {rx: frozenset(n for n in topics if not n.startswith("__") and re.fullmatch(rx, n))
-                              for rx in regexes}
+        regexes = frozenset(m.subscribed_regex for m in group.members.values() if m.subscribed_regex)
+        if regexes or group.regex_topics:
+            self._maybe_new_topic_names(force)
+            if group.regex_key != (self.regexes.version, regexes):  # re-match only when topics or regexes moved
+                group.regex_topics = self.regexes.matches(regexes)
+                group.regex_key = (self.regexes.version, regexes)
         subscribed = {}
         for names in group.subscriptions_by_member().values():
             for name in names:
@@ -272,6 +292,14 @@ class ConsumerGroupCoordinator:
             return False
         group.subscribed = subscribed
         return True
+
+    def _maybe_new_topic_names(self, force: bool) -> None:
+        """Hand the current topic names to the regex matcher, at most every METADATA_REFRESH_S unless
+        ``force``d (a subscription changed: it must see the topics of now)."""
+        now = time.monotonic()
+        if force or now - self._names_checked >= METADATA_REFRESH_S:
+            self._names_checked = now
+            self.regexes.update(n for n in self.parent.topics if n not in INTERNAL_TOPICS)
 
     def _maybe_new_target(self, group: ConsumerGroup) -> None:
         """The group epoch moved past the target assignment: compute the next one."""
@@ -335,7 +363,7 @@ class ConsumerGroupCoordinator:
             self._maybe_new_target(group)
         else:
             group.assignment_epoch = group.group_epoch
-            group.subscribed, group.regex_topics = {}, {}
+            group.subscribed, group.regex_topics, group.regex_key = {}, {}, None
             group.empty_since_ms = now_ms()
 
     def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -348,9 +376,9 @@ class ConsumerGroupCoordinator:
         if member.state != UNREVOKED_PARTITIONS:
             _cancel(member.revocation_timer)
             member.revocation_timer = None
-        elif member.revocation_timer is None and member.rebalance_timeout_ms > 0:
+        elif member.revocation_timer is None and member.rebalance_timeout_ms != -1:
             member.revocation_timer = asyncio.get_running_loop().call_later(
-                member.rebalance_timeout_ms / 1000, self._expire, group, member,
+                max(0, member.rebalance_timeout_ms) / 1000, self._expire, group, member,
                 f"did not revoke its partitions within {member.rebalance_timeout_ms} ms")
 
     def _expire(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
@@ -359,15 +387,24 @@ class ConsumerGroupCoordinator:
 
     # ---- offsets, admin -------------------------------------------------------------------------
 
-    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int) -> int:
-        """OffsetCommit/TxnOffsetCommit for a consumer group: the member and its current epoch."""
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               version: int | None = None) -> int:
+        """OffsetCommit/TxnOffsetCommit for a consumer group: the member, then (OffsetCommit, ``version``)
+        v9+, then its current epoch (STALE_MEMBER_EPOCH otherwise, as Kafka: never FENCED_MEMBER_EPOCH)."""
         group = self.groups[group_id]
         if member_epoch < 0 and not group.members:
             return NONE  # a simple commit (admin tools, manual assignment) to an Empty group
         member = group.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
+        if version is not None and version < FIRST_CONSUMER_COMMIT_VERSION:
+            return UNSUPPORTED_VERSION
         return STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else NONE
+
+    def refuses_old_commit(self, group_id: str, member_id: str, member_epoch: int, version: int) -> bool:
+        """An OffsetCommit below v9 from a member of a consumer group: Kafka answers UNSUPPORTED_VERSION."""
+        return group_id in self.groups and \
+            self.validate_offset_commit(group_id, member_id, member_epoch, version) == UNSUPPORTED_VERSION
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+ of a consumer group: no member and a negative epoch is an admin read; else the
@@ -421,3 +458,8 @@ class ConsumerGroupCoordinator:
 def _cancel(handle) -> None:
     if handle is not None:
         handle.cancel()
+
+
+def _blank(value: str | None) -> bool:
+    """Kafka's empty string check: nothing but whitespace (Java's trim) counts as empty."""
+    return not (value or "").strip()

@@ -62,6 +62,7 @@ class ConsumerGroup:
     assignor: str = ""
     metadata_checked: float = 0.0                                 # monotonic time topics were last looked at
     regex_topics: dict[str, frozenset] = field(default_factory=dict)  # regex -> topic names it matched
+    regex_key: tuple | None = None  # (topic names version, regexes) regex_topics was matched for
     empty_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     group_type = GROUP_TYPE      # class constants that ListGroups reads, as on classic groups
     protocol_type = GROUP_TYPE

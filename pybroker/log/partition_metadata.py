@@ -18,20 +18,12 @@ import os
 import re
 import uuid
 
-from pybroker.errors import BrokerError
+from pybroker.errors import InconsistentTopicIdError, PartitionMetadataError
 
 FILE_NAME = "partition.metadata"
 VERSION = 0
 ZERO_UUID = uuid.UUID(int=0)
 _LINE = re.compile(r"^(\w+):\s+(\S+)$")
-
-
-class InconsistentTopicIdError(BrokerError):
-    code = 103  # INCONSISTENT_TOPIC_ID
-
-
-class PartitionMetadataError(BrokerError):
-    code = 56  # KAFKA_STORAGE_ERROR
 
 
 def encode(topic_id: uuid.UUID) -> str:

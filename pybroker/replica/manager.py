@@ -30,6 +30,7 @@ REQUEST_TIMED_OUT = 7
 STALE_CONTROLLER_EPOCH = 11
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 KAFKA_STORAGE_ERROR = 56
+INCONSISTENT_TOPIC_ID = 103
 UNKNOWN_SERVER_ERROR = -1
 DEBUGGING_CONSUMER_ID = -2  # Fetch replica id of a debugging consumer: reads any replica
 
@@ -41,6 +42,7 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    topic_id: object = None  # read by a fetch by topic id (Fetch v13+): the log's id must match
 
 
 @dataclass
@@ -169,6 +171,7 @@ class ReplicaManager:
     def delete_partition(self, topic: str, partition: int) -> None:
         self.partitions.pop((topic, partition), None)
         self.log_manager.delete_log(topic, partition)
+        self._wake({(topic, partition)})  # fetches waiting on it answer now, as Kafka's delayed fetches
 
     def high_watermark_of(self, topic: str, partition: int) -> int | None:
         """The partition's high watermark (None when it is not hosted here); any thread may ask."""
@@ -347,17 +350,21 @@ class ReplicaManager:
     # ---- fetch ----------------------------------------------------------------------------
 
     async def fetch(self, requests: list[FetchRequestPartition], max_wait_ms: int, min_bytes: int,
-                    max_bytes: int, committed_only: bool, replica_id: int = -1) -> list[FetchResult]:
-        """Read every partition; wait up to ``max_wait_ms`` for ``min_bytes`` unless an error is due."""
+                    max_bytes: int, committed_only: bool, replica_id: int = -1,
+                    by_id: bool = False) -> list[FetchResult]:
+        """Read every partition; wait up to ``max_wait_ms`` for ``min_bytes`` unless an error is due.
+        ``by_id``: the requests name topics by id (``.topic_id``), checked against each log's id at
+        every read, so a topic recreated under the same name while the fetch waits answers
+        INCONSISTENT_TOPIC_ID, never the new topic's records."""
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         keys = {(r.topic, r.partition) for r in requests}
         while True:
             if replica_id >= 0:
-                results, total = self.read_for_follower(replica_id, requests, max_bytes)
+                results, total = self.read_for_follower(replica_id, requests, max_bytes, by_id)
             elif replica_id == DEBUGGING_CONSUMER_ID:
-                results, total = self.read_for_debugging(requests, max_bytes)
+                results, total = self.read_for_debugging(requests, max_bytes, by_id)
             else:
-                results, total = self.read(requests, max_bytes, committed_only)
+                results, total = self.read(requests, max_bytes, committed_only, by_id)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or self._stopping or any(r.error for r in results):
                 return results
@@ -372,13 +379,13 @@ class ReplicaManager:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool):
+    def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool, by_id: bool = False):
         """A consumer's fetch, one pass as Kafka: the first batch found may exceed max_bytes.
         read_committed: up to the LSO, with the aborted transactions in what is returned."""
         def one(p, req, budget, total):
             p.check_leader(req.current_leader_epoch)
             return p.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
-        results, total = self._read_each(requests, max_bytes, one)
+        results, total = self._read_each(requests, max_bytes, one, by_id)
         if committed_only:
             partitions = self.partitions
             for req, r in zip(requests, results):
@@ -388,7 +395,8 @@ class ReplicaManager:
                         r.aborted_transactions = p.aborted_transactions(req.fetch_offset)
         return results, total
 
-    def read_for_follower(self, replica_id: int, requests: list[FetchRequestPartition], max_bytes: int):
+    def read_for_follower(self, replica_id: int, requests: list[FetchRequestPartition], max_bytes: int,
+                          by_id: bool = False):
         """A follower's fetch: its fetch offset is its log end; reads go up to our log end."""
         now = monotonic_ms()
 
@@ -407,30 +415,38 @@ class ReplicaManager:
                 self.high_watermark_moved(p)
             self._maybe_expand_isr(p, replica_id)
             return records
-        return self._read_each(requests, max_bytes, one)
+        return self._read_each(requests, max_bytes, one, by_id)
 
     def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
         """Kafka's rule: a throttled partition's out-of-sync follower, while a rate is set."""
         return (self.leader_quota.limited and replica_id not in p.isr
                 and is_throttled(p.log.config.leader_replication_throttled_replicas, p.index, self.node_id))
 
-    def read_for_debugging(self, requests: list[FetchRequestPartition], max_bytes: int):
+    def read_for_debugging(self, requests: list[FetchRequestPartition], max_bytes: int, by_id: bool = False):
         """Kafka's debugging consumer (replica id -2, e.g. ``pybroker verify-replicas``): any replica,
         leader or follower, read up to its own log end, with its own HW; no follower state moves."""
         def one(p, req, budget, total):
             p.check_leader_epoch(req.current_leader_epoch)
             # at least one batch, as for followers: an empty answer always means "at the log end"
             return p.log.read(req.fetch_offset, budget, max_offset=None, min_one_batch=True)
-        return self._read_each(requests, max_bytes, one)
+        return self._read_each(requests, max_bytes, one, by_id)
 
-    def _read_each(self, requests: list[FetchRequestPartition], max_bytes: int, read_one):
-        """(results, bytes) of ``read_one(partition, request, budget, bytes so far)`` over the requests."""
+    def _read_each(self, requests: list[FetchRequestPartition], max_bytes: int, read_one, by_id: bool = False):
+        """(results, bytes) of ``read_one(partition, request, budget, bytes so far)`` over the requests;
+        ``by_id``: a partition whose log has another topic id than the request's is not read."""
         results, total = [], 0
         for req in requests:
             p = self.partitions.get((req.topic, req.partition))
             if p is None:
                 results.append(FetchResult(UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if by_id:
+                log_id, wanted_id = p.topic_id, req.topic_id
+                # as Kafka: a log or a request without an id is consistent with any
+                if log_id is not wanted_id and log_id is not None and wanted_id is not None \
+                        and log_id.int != wanted_id.int and log_id.int and wanted_id.int:
+                    results.append(FetchResult(INCONSISTENT_TOPIC_ID))
+                    continue
             try:
                 records = read_one(p, req, min(req.max_bytes, max(max_bytes - total, 0)), total)
             except BrokerError as exc:

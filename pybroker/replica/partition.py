@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 EARLIEST, LATEST = -2, -1
 NO_VERIFICATION = None  # an append nobody asked the transaction coordinator about (internal writers)
 NO_TRANSACTIONAL_ID = object()  # a produce request without a transactional id: transactional batches refused
+RECOVERED = 0  # KIP-704 leader recovery states; 1 (RECOVERING): elected uncleanly, not yet recovered
 
 
 class TransactionalIdRequiredError(BrokerError):
@@ -95,6 +96,7 @@ class Partition:
         self.isr = (node_id,)
         self.zk_version = 0
         self.controller_epoch = 0
+        self.leader_recovery_state = RECOVERED
         self.followers: dict[int, FollowerState] = {}
         self.isr_change_in_flight = False
         self.producers = ProducerStateManager(log.directory)
@@ -132,6 +134,9 @@ class Partition:
         self.leader_id, self.leader_epoch = self.node_id, state.leader_epoch
         self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
         self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
+        if state.leader_recovery_state != RECOVERED:  # as Kafka: a leader has nothing to recover from
+            log.info("%s-%d was elected RECOVERING; leading it as RECOVERED", self.topic, self.index)
+        self.leader_recovery_state = RECOVERED
         self.followers = {r: known.get(r) or FollowerState(now, r in self.isr)
                           for r in self.replicas if r != self.node_id}
         self.isr_change_in_flight = False
@@ -146,6 +151,7 @@ class Partition:
         self.leader_id, self.leader_epoch = state.leader, state.leader_epoch
         self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
         self.zk_version, self.controller_epoch = state.zk_version, state.controller_epoch
+        self.leader_recovery_state = state.leader_recovery_state
         self.followers = {}
         return True
 

@@ -1,0 +1,202 @@
+"""Our consumer at Fetch v12-17: incremental fetch sessions (KIP-227), topic ids, diverging epochs.
+
+The session's bookkeeping in-process (what a Fetch names, what it forgets, how it recovers); a
+real broker behind a byte-counting proxy: our consumer of 1 000 partitions keeps a session and its
+steady-state Fetch requests are small; a session the broker refuses (INVALID_FETCH_SESSION_EPOCH)
+is replaced by a full fetch; a topic deleted and recreated under a live consumer is fetched by its
+new id. The diverging-epoch reaction is driven with a real FetchResponse object.
+"""
+import time
+import uuid
+
+import pytest
+
+from pybroker.client import AdminClient, Consumer, NewTopic
+from pybroker.client.config import parse
+from pybroker.client.consumer import CONSUMER_KEYS
+from pybroker.client.fetch_session import FetchParams, FetchSession, next_epoch
+from pybroker.client.fetcher import Fetcher
+from pybroker.client.types import TopicPartition
+from pybroker.protocol import RESPONSES
+from tests.kafka_wire import WireClient
+from tests.test_fetch_sessions import PARTITIONS, CountingProxy, produce, proxied  # noqa: F401 (fixture)
+
+DEADLINE = 60
+ID_A, ID_B = uuid.uuid4(), uuid.uuid4()
+
+
+def params(offset, topic_id=ID_A, epoch=-1):
+    return FetchParams(topic_id, offset, 0, epoch, 1 << 20)
+
+
+# ---- the session's bookkeeping ------------------------------------------------------------------
+
+def test_full_then_incremental_then_forgotten():
+    s = FetchSession()
+    wanted = {("t", 0): params(0), ("t", 1): params(5)}
+    plan = s.plan(wanted, True)
+    assert (plan.session_id, plan.epoch, plan.send, plan.forgotten) == (0, 0, wanted, [])
+    s.answered(77)
+    assert (s.session_id, s.epoch) == (77, 1)
+    plan = s.plan(dict(wanted), True)
+    assert (plan.session_id, plan.epoch, plan.send, plan.forgotten) == (77, 1, {}, [])  # nothing changed
+    s.answered(77)
+    moved = {("t", 0): params(3), ("t", 2): params(0)}
+    plan = s.plan(moved, True)
+    assert plan.epoch == 2 and plan.send == moved and plan.forgotten == [("t", ID_A, 1)]
+    s.answered(77)
+    assert s.partitions == moved and s.epoch == 3
+
+
+def test_new_topic_id_is_forgotten_and_added():
+    s = FetchSession()
+    s.plan({("t", 0): params(4)}, True)
+    s.answered(9)
+    plan = s.plan({("t", 0): params(0, ID_B)}, True)
+    assert plan.send == {("t", 0): params(0, ID_B)} and plan.forgotten == [("t", ID_A, 0)]
+
+
+def test_failures_start_over_with_a_full_fetch():
+    s = FetchSession()
+    s.plan({("t", 0): params(0)}, True)
+    s.answered(5)
+    s.failed(71)  # INVALID_FETCH_SESSION_EPOCH: close it and open another (id, 0)
+    plan = s.plan({("t", 0): params(0)}, True)
+    assert (plan.session_id, plan.epoch, len(plan.send)) == (5, 0, 1)
+    s.answered(6)
+    s.failed(70)  # FETCH_SESSION_ID_NOT_FOUND: the broker has none to close (0, 0)
+    assert (s.plan({}, True).session_id, s.epoch) == (0, 0)
+    s.failed(None)
+    s.answered(0)  # no session granted (cache full): full fetches go on
+    assert (s.session_id, s.epoch, s.incremental) == (0, 0, False)
+
+
+def test_switching_between_names_and_ids_restarts():
+    s = FetchSession()
+    s.plan({("t", 0): params(0)}, True)
+    s.answered(5)
+    plan = s.plan({("t", 0): params(0, None)}, False)
+    assert (plan.session_id, plan.epoch, len(plan.send)) == (5, 0, 1)
+
+
+def test_epochs_wrap_past_zero():
+    assert next_epoch(1) == 2 and next_epoch((1 << 31) - 1) == 1
+
+
+# ---- diverging epochs -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reset", ["earliest", "none"])
+def test_diverging_epoch_goes_back_or_reports(reset):
+    api = RESPONSES[1]
+    partition = api.PartitionData(partition_index=0, error_code=0, high_watermark=40, last_stable_offset=40,
+                                  log_start_offset=0, records=b"",
+                                  diverging_epoch=api.EpochEndOffset(epoch=3, end_offset=25))
+    response = api(responses=[api.FetchableTopicResponse(topic="t", partitions=[partition])])
+    config = parse({"bootstrap.servers": "127.0.0.1:1", "auto.offset.reset": reset}, "consumer", CONSUMER_KEYS)
+    fetcher = Fetcher(config, cluster=None)
+    fetcher.set_assignment([("t", 0)], {("t", 0): 30})
+    state = fetcher.states[TopicPartition("t", 0)]
+    state.fetch_epoch = 4
+    woke = fetcher._handle_response(response, {state.tp: (state, state.epoch, 30)}, diverging=True)
+    if reset == "none":
+        assert woke and state.error.name == "LOG_TRUNCATION" and "offset 25" in state.error.message
+    else:
+        assert not woke and state.error is None
+        assert (state.position, state.fetch_position, state.fetch_epoch) == (25, 25, -1)
+
+
+# ---- a real broker ----------------------------------------------------------------------------------
+
+def consumer_conf(port, **extra) -> dict:
+    c = {"bootstrap.servers": f"127.0.0.1:{port}", "fetch.max.wait.ms": 100, "enable.auto.commit": False,
+         "auto.offset.reset": "earliest"}
+    c.update({k.replace("_", "."): v for k, v in extra.items()})
+    return c
+
+
+def poll_until(consumer, predicate, deadline, got):
+    while not predicate() and time.monotonic() < deadline:
+        got += [(r.topic, r.partition, r.offset) for r in consumer.poll(200)]
+    return predicate()
+
+
+def session_of(consumer):
+    sessions = consumer._async._fetcher._sessions
+    assert len(sessions) == 1
+    return next(iter(sessions.values()))
+
+
+def test_our_consumer_of_1000_partitions_keeps_a_session(proxied):
+    b, proxy = proxied
+    with WireClient(b.port, timeout=DEADLINE) as w:  # a thousand partition directories take a while
+        w.create_topic("wide", partitions=PARTITIONS)
+        for i in (0, 499, 999):
+            produce(w, "wide", i)
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    with Consumer(consumer_conf(proxy.port)) as c:
+        c.assign([("wide", i, 0) for i in range(PARTITIONS)])
+        assert poll_until(c, lambda: len(got) >= 3, deadline, got)
+        assert sorted(got) == [("wide", 0, 0), ("wide", 499, 0), ("wide", 999, 0)]
+        settled = len(proxy.fetches())
+        while len(proxy.fetches()) < settled + 10 and time.monotonic() < deadline:
+            c.poll(200)  # idle: the session's steady state
+        with WireClient(b.port) as w:
+            produce(w, "wide", 500)
+        assert poll_until(c, lambda: len(got) >= 4, deadline, got)
+        assert got[3] == ("wide", 500, 0)
+        assert session_of(c).incremental and session_of(c).by_id
+    fetches = proxy.fetches()
+    assert fetches and all(v == 17 for _, v, _, _ in fetches)
+    full = max(size for _, _, size, _ in fetches)
+    steady = fetches[settled:settled + 10]
+    assert full > 20 * PARTITIONS  # the full fetch names every partition
+    assert all(req < 200 and resp < 200 for _, _, req, resp in steady), steady  # then only the session
+    assert full / max(req for _, _, req, _ in steady) >= 100
+
+
+def test_refused_session_falls_back_to_a_full_fetch(proxied):
+    b, proxy = proxied
+    with WireClient(b.port, timeout=DEADLINE) as w:
+        w.create_topic("few", partitions=4)
+        produce(w, "few", 0)
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    with Consumer(consumer_conf(proxy.port)) as c:
+        c.assign([("few", i, 0) for i in range(4)])
+        assert poll_until(c, lambda: len(got) >= 1, deadline, got)
+        session = session_of(c)
+        assert poll_until(c, lambda: session.incremental, deadline, got)
+        session.epoch += 1000  # the broker expects another epoch: INVALID_FETCH_SESSION_EPOCH (71)
+        with WireClient(b.port) as w:
+            produce(w, "few", 3)
+        assert poll_until(c, lambda: len(got) >= 2, deadline, got)
+        assert got == [("few", 0, 0), ("few", 3, 0)]
+        assert poll_until(c, lambda: session.incremental, deadline, got)
+    full_sizes = [req for _, _, req, _ in proxy.fetches() if req > 100]
+    assert len(full_sizes) >= 2  # the first fetch and the one after the refusal named every partition
+
+
+def test_recreated_topic_is_fetched_by_its_new_id(broker):
+    admin_conf = {"bootstrap.servers": broker.bootstrap}
+    with AdminClient(admin_conf) as admin:
+        admin.create_topics([NewTopic("again", 1, 1)])
+    with WireClient(broker.port) as w:
+        produce(w, "again", 0)
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    with Consumer(consumer_conf(broker.port, metadata_max_age_ms=500)) as c:
+        c.assign([("again", 0, 0)])
+        assert poll_until(c, lambda: len(got) >= 1, deadline, got)
+        session = session_of(c)
+        old_id = session.partitions[("again", 0)].topic_id
+        with AdminClient(admin_conf) as admin:
+            admin.delete_topics(["again"])
+            admin.create_topics([NewTopic("again", 1, 1)])
+        with WireClient(broker.port) as w:
+            produce(w, "again", 0)
+            produce(w, "again", 0)
+        # the new log starts at 0 again: offset 1 is the second record of the new topic
+        assert poll_until(c, lambda: ("again", 0, 1) in got, deadline, got)
+        assert poll_until(c, lambda: session.partitions and session.partitions[("again", 0)].topic_id != old_id,
+                          deadline, got)
