@@ -19,7 +19,7 @@ from pybroker.client.fetcher import Fetcher
 from pybroker.client.types import TopicPartition
 from pybroker.protocol import RESPONSES
 from tests.kafka_wire import WireClient
-from tests.test_fetch_sessions import PARTITIONS, CountingProxy, produce, proxied  # noqa: F401 (fixture)
+from tests.test_fetch_sessions import PARTITIONS, produce, proxied  # noqa: F401 (proxied is a fixture)
 
 DEADLINE = 60
 ID_A, ID_B = uuid.uuid4(), uuid.uuid4()
@@ -200,3 +200,32 @@ def test_recreated_topic_is_fetched_by_its_new_id(broker):
         assert poll_until(c, lambda: ("again", 0, 1) in got, deadline, got)
         assert poll_until(c, lambda: session.partitions and session.partitions[("again", 0)].topic_id != old_id,
                           deadline, got)
+
+
+@pytest.mark.parametrize("target", ["kafka", "pybroker"])
+def test_session_against_each_broker(target, tmp_path):
+    """The same consumer against Apache Kafka 3.8 (the oracle: Fetch v16, topic ids) and pybroker:
+    the session becomes incremental and records produced later on any partition arrive."""
+    from pybroker.client import Producer
+    from tests.txn_brokers import start_target
+    b = start_target(target, str(tmp_path / target))
+    try:
+        with AdminClient({"bootstrap.servers": b.bootstrap}) as admin:
+            admin.create_topics([NewTopic("spread", 20, 1)])
+        deadline = time.monotonic() + DEADLINE
+        got = []
+        with Producer({"bootstrap.servers": b.bootstrap}) as p, Consumer(consumer_conf(b.port)) as c:
+            c.assign([("spread", i, 0) for i in range(20)])
+            for round_ in range(3):
+                for i in range(round_, 20, 7):
+                    p.produce("spread", b"r%d" % round_, partition=i)
+                assert p.flush(DEADLINE) == 0
+                want = sum(len(range(r, 20, 7)) for r in range(round_ + 1))
+                assert poll_until(c, lambda: len(got) >= want, deadline, got)
+                session = session_of(c)
+                assert poll_until(c, lambda: session.incremental, deadline, got)
+            rounds_of = {i: sum(1 for r in range(3) if i in range(r, 20, 7)) for i in range(20)}
+            assert sorted(got) == [("spread", i, n) for i in range(20) for n in range(rounds_of[i])]
+            assert session.by_id
+    finally:
+        b.close()

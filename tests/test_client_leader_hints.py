@@ -96,3 +96,4 @@ def test_producer_and_consumer_follow_the_leader_hint(cluster):
             got += c.poll(200)
         assert [r.value for r in got] == [b"before", b"after"]
         assert c._async._cluster.leader_for((topic, 0)) == preferred
+        assert c._async._fetcher.leader_hints >= 1

@@ -151,6 +151,7 @@ class Fetcher:
         self._aux_tasks: set = set()
         self._conns: dict = {}  # node id -> our own BrokerConnection for fetching
         self._sessions: dict = {}  # node id -> FetchSession
+        self.leader_hints = 0  # partitions moved by a response's leader hint (KIP-951)
         self._conn_failures: dict = {}
         self._node_failures: dict = {}  # node id -> unexpected failures of its fetch loop in a row
         self._node_retry_at: dict = {}  # node id -> when its fetch loop may start again
@@ -844,7 +845,10 @@ class Fetcher:
         if leader is None or leader.leader_id < 0:
             return False
         known = {n.node_id: BrokerMetadata(n.node_id, n.host, n.port, n.rack) for n in endpoints or ()}
-        return self.cluster.maybe_update_leader(tp.topic, tp.partition, leader.leader_id, leader.leader_epoch, known)
+        if not self.cluster.maybe_update_leader(tp.topic, tp.partition, leader.leader_id, leader.leader_epoch, known):
+            return False
+        self.leader_hints += 1
+        return True
 
     def _truncated_locked(self, state, diverging) -> bool:
         """The leader's log diverged from what was fetched (it ends the epoch of our last batch at

@@ -1,8 +1,14 @@
 """Follower side of replication: one fetcher per (leader broker, fetcher slot) pulling all its partitions.
 
-A partition added to a fetcher first truncates (KIP-101/279): it asks the leader with
-OffsetForLeaderEpoch where its latest leader epoch ended and cuts its log there, never at its
-high watermark. Then the fetcher sends Fetch with replica_id = this broker and appends the
+A partition added to a fetcher must find where its log diverges from the leader's, never cutting
+at its high watermark (KIP-101/279). A leader that speaks Fetch v12+ tells it (KIP-320, as Kafka's
+followers use it): each fetch carries the epoch of the partition's last batch, and a leader whose
+log ended that epoch earlier answers a diverging epoch, where the follower cuts its log and fetches
+on. An older leader is asked first with OffsetForLeaderEpoch where the latest epoch ended (also
+used when the leader says our fetch offset is past its log). While it truncates a partition is
+left out of the fetches, and so out of the fetch session; one whose answer was dropped leaves the
+session for one request, so that the leader answers it in full (high watermark included) when it
+comes back. The fetcher sends Fetch with replica_id = this broker and appends the
 returned batches as they are. A fenced epoch (ours is older) drops the partition until the
 controller's newer word arrives. NOT_LEADER_OR_FOLLOWER or an unknown partition only rests the
 partition for replica.fetch.backoff.ms, as Kafka does: a restarted leader says so until its own
@@ -25,12 +31,27 @@ from pybroker.security.inter_broker import inter_broker_security
 log = logging.getLogger(__name__)
 
 FETCH, FETCH_MIN_VERSION, FETCH_MAX_VERSION = 1, 4, 17
-FIRST_TOPIC_ID_VERSION, FIRST_REPLICA_STATE_VERSION = 13, 15
+FIRST_DIVERGING_VERSION, FIRST_TOPIC_ID_VERSION, FIRST_REPLICA_STATE_VERSION = 12, 13, 15
 EPOCH_KEY, EPOCH_VERSION = 23, 3
 OFFSET_OUT_OF_RANGE, NOT_LEADER, UNKNOWN_TOPIC = 1, 6, 3
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 _HEAD = struct.Struct(">qi")
 THROTTLE_WAIT_S = 0.1
+
+
+def truncation_offset(p, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
+    """Where to cut ``p``'s log given the leader's end offset of ``leader_epoch`` (as Kafka's
+    follower): (offset, whether that settles it). An epoch we never had cuts to where our older
+    epoch ended, and the leader is asked again."""
+    log_end = p.log_end_offset
+    if leader_end < 0:  # the leader knows no epochs: Kafka's fallback
+        return min(p.high_watermark, log_end), True
+    epoch, mine = p.end_offset_for_epoch(leader_epoch)
+    if epoch < 0:  # we track no epoch that old
+        return min(leader_end, log_end), True
+    if epoch != leader_epoch:
+        return min(mine, log_end), False
+    return min(mine, leader_end, log_end), True
 
 
 def whole_batches(records):
@@ -53,7 +74,9 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.address = address
         self.partitions: dict = {}   # (topic, partition) -> Partition
-        self.truncating: set = set()  # keys that must truncate before fetching
+        self.truncating: set = set()  # keys that truncate through OffsetForLeaderEpoch before fetching again
+        self.unchecked: set = set()  # keys added since the last fetch: how they truncate depends on the leader
+        self.rejoin: set = set()  # keys whose answer was dropped: out of the session for one request
         self.resting: dict = {}  # key -> loop time before which it is not fetched (the leader refused it)
         self.conn = None
         self.task = None
@@ -66,7 +89,8 @@ class ReplicaFetcher:
             key = (p.topic, p.index)
             self.partitions[key] = p
             self.topic_ids[p.topic] = p.topic_id
-            self.truncating.add(key)
+            self.unchecked.add(key)
+            self.truncating.discard(key)
             self.resting.pop(key, None)
         self._wakeup.set()
         if self.task is None or self.task.done():
@@ -76,6 +100,8 @@ class ReplicaFetcher:
         for key in keys:
             self.partitions.pop(key, None)
             self.truncating.discard(key)
+            self.unchecked.discard(key)
+            self.rejoin.discard(key)
             self.resting.pop(key, None)
 
     async def stop(self) -> None:
@@ -94,10 +120,13 @@ class ReplicaFetcher:
                         timeout_s=cfg.replica_socket_timeout_ms / 1000,
                         request_timeout_s=cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000,
                         node_id=self.leader_id, security=inter_broker_security(cfg))
+                if self.unchecked:
+                    if self._version() < FIRST_DIVERGING_VERSION:  # the leader cannot tell: ask it first
+                        self.truncating |= self.unchecked
+                    self.unchecked.clear()
                 if self.truncating:
                     await self._truncate()
-                    continue
-                await self._fetch_once()
+                await self._fetch_once()  # the partitions not truncating
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -114,9 +143,10 @@ class ReplicaFetcher:
 
     async def _truncate(self) -> None:
         req_cls = REQUESTS[EPOCH_KEY]
-        keys = list(self.truncating)
         topics = {}
-        for key in keys:
+        for key in list(self.truncating):
+            if key in self.resting:
+                continue  # asked again once it has rested
             p = self.partitions[key]
             epoch = p.log.epochs.latest_epoch
             if epoch < 0:  # nothing to compare: an empty log (or one without epochs) keeps its end
@@ -143,17 +173,10 @@ class ReplicaFetcher:
                     continue
                 if r.error_code:
                     continue  # UNKNOWN_LEADER_EPOCH: the leader has not heard yet; ask again
-                if r.end_offset < 0:
-                    target = p.high_watermark  # the leader knows no epochs: Kafka's fallback
-                elif r.leader_epoch == p.log.epochs.latest_epoch:
-                    target = r.end_offset
-                else:
-                    _, mine = p.end_offset_for_epoch(r.leader_epoch)
-                    target = min(r.end_offset, mine) if mine >= 0 else r.end_offset
-                p.truncate_to(min(target, p.log_end_offset))
-                self.truncating.discard(key)
-        if self.truncating:
-            await asyncio.sleep(self.manager.config.replica_fetch_backoff_ms / 1000 / 10)
+                offset, settled = truncation_offset(p, r.leader_epoch, r.end_offset)
+                p.truncate_to(offset)
+                if settled:
+                    self.truncating.discard(key)
 
     def _rest(self, key) -> None:
         self.resting[key] = asyncio.get_running_loop().time() + self.manager.config.replica_fetch_backoff_ms / 1000
@@ -170,21 +193,14 @@ class ReplicaFetcher:
             except asyncio.TimeoutError:
                 pass
             return
-        wanted, throttled = {}, set()
-        over_rate = self.manager.follower_quota.exceeded()
-        for key, p in self.partitions.items():
-            if key in self.resting:
-                continue
-            if self.manager.throttled(p):
-                if over_rate:
-                    continue  # Kafka's follower throttle: left out of this fetch
-                throttled.add(key)
-            wanted[key] = (p.leader_epoch, p.log_end_offset, p.log_start_offset)
-        if not wanted:  # every partition is throttled: wait for the rate to come down
+        wanted, throttled = self.wanted()
+        session = self.session
+        if not wanted and (session.full or not session.sent):  # throttled or truncating: wait a little
             await asyncio.sleep(THROTTLE_WAIT_S)
             return
         version = self._version()
         req = self._request(req_cls, version, wanted)
+        self.rejoin.clear()  # held out of this request: forgotten by the session, whole again in the next
         resp = await self.conn.request(req, version)
         self.session.answered(resp.error_code, resp.session_id)
         names = {p.topic_id: key[0] for key, p in self.partitions.items()} if version >= FIRST_TOPIC_ID_VERSION else None
@@ -193,10 +209,13 @@ class ReplicaFetcher:
             for r in t.partitions:
                 key = (topic, r.partition_index)
                 p = self.partitions.get(key)
-                if p is None or key in self.truncating:
+                if p is None:
+                    continue
+                if key in self.truncating or key in self.unchecked:  # added again meanwhile: this answer is stale
+                    self.rejoin.add(key)
                     continue
                 if r.error_code == 0 and r.diverging_epoch.epoch >= 0:
-                    self.truncating.add(key)  # our log diverged from the leader's: find where, as on a leader change
+                    self._truncate_on_divergence(key, p, r)
                 elif r.error_code == 0:
                     if r.records is not None and len(r.records):
                         batches = whole_batches(r.records)
@@ -219,6 +238,34 @@ class ReplicaFetcher:
         if not resp.responses and resp.error_code and resp.error_code not in SESSION_ERRORS:
             raise RuntimeError(f"fetch error {resp.error_code}")
 
+    def wanted(self) -> tuple[dict, set]:
+        """(key -> fetch parameters of each partition to fetch now, the throttled ones among them):
+        not those resting, truncating, over the throttle rate, or held out of the session once."""
+        wanted, throttled = {}, set()
+        over_rate = self.manager.follower_quota.exceeded()
+        session = self.session
+        held = self.rejoin & session.sent.keys() if self.rejoin and not session.full else ()
+        for key, p in self.partitions.items():
+            if key in self.resting or key in self.truncating or key in held:
+                continue
+            if self.manager.throttled(p):
+                if over_rate:
+                    continue  # Kafka's follower throttle: left out of this fetch
+                throttled.add(key)
+            wanted[key] = (p.leader_epoch, p.log_end_offset, p.log_start_offset, p.log.epochs.latest_epoch)
+        return wanted, throttled
+
+    def _truncate_on_divergence(self, key, p, r) -> None:
+        """The leader ended our last fetched epoch before our log end: cut there and fetch on (the
+        next fetch names our new last epoch; the leader answers again if that diverges too)."""
+        epoch, end = r.diverging_epoch.epoch, r.diverging_epoch.end_offset
+        offset, settled = truncation_offset(p, epoch, end)
+        log.info("%s-%d: the leader ended epoch %d at %d, our log at %d: truncating to %d", *key, epoch, end,
+                 p.log_end_offset, offset)
+        p.truncate_to(offset)
+        if settled:  # our log is the leader's up to its end now: its high watermark holds for us
+            p.update_follower_high_watermark(r.high_watermark)
+
     def _version(self) -> int:
         """The leader's highest Fetch version; below topic ids (v13) while any partition has none."""
         version = self.conn.version(FETCH, FETCH_MIN_VERSION, FETCH_MAX_VERSION)
@@ -237,6 +284,7 @@ class ReplicaFetcher:
             p = self.partitions[key]
             topics.setdefault(key[0], []).append(req_cls.FetchPartition(
                 partition=key[1], current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
+                last_fetched_epoch=p.log.epochs.latest_epoch,  # v12+: the leader checks it for divergence
                 log_start_offset=p.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes))
         forgotten = {}
         for topic, index in forget:

@@ -1,5 +1,5 @@
 """KIP-890 verification for transactional ids coordinated by another broker: an AddPartitionsToTxn
-v4 request with verify_only set, sent to the leader of the id's ``__transaction_state`` partition."""
+v4-5 request with verify_only set, sent to the leader of the id's ``__transaction_state`` partition."""
 import logging
 
 from pybroker.protocol.messages import REQUESTS
@@ -9,7 +9,7 @@ from pybroker.transaction.state_log import TOPIC
 log = logging.getLogger(__name__)
 
 ADD_PARTITIONS_TO_TXN = 24
-VERIFY_VERSION = 4
+VERIFY_VERSIONS = (4, 5)  # the brokers' batched form; v5 as Kafka's brokers send it
 NETWORK_EXCEPTION, COORDINATOR_NOT_AVAILABLE, CLUSTER_AUTHORIZATION_FAILED, INVALID_TXN_STATE = 13, 15, 31, 48
 Request = REQUESTS[ADD_PARTITIONS_TO_TXN]
 
@@ -33,7 +33,7 @@ class Verifier:
             topics=[Request.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
         try:
             response = await self.peers.request(state.leader, request, ADD_PARTITIONS_TO_TXN,
-                                                VERIFY_VERSION, VERIFY_VERSION)
+                                                *VERIFY_VERSIONS)
         except Exception as exc:  # retriable for the producer, as Kafka's network errors are
             log.info("verifying %s with broker %d failed: %s", tid, state.leader, exc)
             return {tp: NETWORK_EXCEPTION for tp in partitions}
