@@ -766,3 +766,39 @@ def test_buffer_full_raises_after_max_block_ms_sync_and_async(broker_factory):
     n = run_async(main())
     got = read_back(b, topic, sent + n)
     assert [m.value() for m in got] == [b"x" * 100] * sent + [b"y" * 100] * n
+
+
+def test_a_refused_first_batch_is_not_overtaken_by_batches_pipelined_behind_it(broker, monkeypatch):
+    """A broker without state for a producer accepts any sequence, so the first batch of a
+    partition must be acknowledged before more are pipelined: otherwise a first batch refused
+    unwritten (NOT_LEADER_OR_FOLLOWER from a partition just created, as Kafka answers under load)
+    is overtaken by the next ones and its retry is refused as OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from pybroker.client import connection
+    from pybroker.protocol.messages import RESPONSES
+    ProduceResponse = RESPONSES[0]
+    request = connection.BrokerConnection.request
+    refused = []
+
+    def refuse_first_batch(self, obj, version, timeout_s=None):
+        if obj.API_KEY == 0 and not refused:
+            td = obj.topic_data[0]
+            pd = td.partition_data[0]
+            refused.append(int.from_bytes(bytes(pd.records[53:57]), "big"))  # its base sequence
+            body = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(name=td.name, partition_responses=[
+                ProduceResponse.PartitionProduceResponse(index=pd.index, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                         base_offset=-1, log_append_time_ms=-1)])])
+            fut = self._loop.create_future()
+            self._loop.call_later(0.2, fut.set_result, body)  # answered late: later batches could go meanwhile
+            return fut
+        return request(self, obj, version, timeout_s)
+
+    monkeypatch.setattr(connection.BrokerConnection, "request", refuse_first_batch)
+    topic = new_topic(broker)
+    count = 20000
+    with Producer(conf(broker, enable_idempotence=True, batch_size=4096, linger_ms=0)) as p:
+        futures = [p.send(topic, b"rec-%d" % i) for i in range(count)]
+        assert p.flush(DEADLINE) == 0
+    assert refused == [0]
+    errors = [f.exception(1) for f in futures if f.exception(1) is not None]
+    assert not errors, (len(errors), errors[0])
+    assert [f.result(1).offset for f in futures] == list(range(count))

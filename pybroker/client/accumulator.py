@@ -8,7 +8,12 @@ partition's idempotence state:
 - ``next_seq``: the base sequence of the next new batch; ``acked_next``: the sequence the broker
   expects after the last acknowledged batch.
 - ``inflight``: batches sent and not answered, oldest first. With idempotence at most 5 per
-  partition (the broker remembers the last 5 batches per producer for deduplication).
+  partition (the broker remembers the last 5 batches per producer for deduplication), and only
+  one until the broker has acknowledged a batch of the partition under the current producer id
+  and epoch (``confirmed``): a broker without state for the producer accepts any sequence, so a
+  later batch pipelined behind a first batch that is refused without being written (say
+  NOT_LEADER_OR_FOLLOWER from a partition that was just created) would be written ahead of it,
+  and the first batch's retry would then be refused as out of order.
 - ``retry``: batches to send again, oldest first. A retried batch is resent with its original
   bytes (same producer id, epoch and sequence) so the broker answers a batch it already wrote
   with that batch's offsets instead of writing it twice. While a partition has batches to retry
@@ -67,11 +72,12 @@ class ProducerBatch:
 
 
 class PartitionState:
-    __slots__ = ("next_seq", "acked_next", "inflight", "retry", "staged", "gap", "ordinals")
+    __slots__ = ("next_seq", "acked_next", "confirmed", "inflight", "retry", "staged", "gap", "ordinals")
 
     def __init__(self):
         self.next_seq = 0
         self.acked_next = 0
+        self.confirmed = False  # the broker acknowledged a batch (it has this producer's state)
         self.inflight = []
         self.retry = []
         self.staged = None  # drained and built, but the request was full: goes first next time
@@ -171,8 +177,8 @@ class RecordAccumulator:
         return node_id in leaders, next_ms, any(x < 0 for x in leaders)
 
     def _next_batch(self, tp, st: PartitionState, now_ms: int, linger: int, conn=None):
-        if len(st.inflight) >= self.per_partition_in_flight:
-            return None
+        if len(st.inflight) >= (self.per_partition_in_flight if st.confirmed or not self.idempotent else 1):
+            return None  # with idempotence, one batch in flight until the broker has the producer's state
         if st.inflight and (conn is None or conn.closed or any(x.conn is not conn for x in st.inflight)):
             return None  # in flight on a lost connection: wait until those are queued for retry
         if st.gap:
@@ -235,6 +241,7 @@ class RecordAccumulator:
         b.conn = None
         if self.idempotent:
             st.acked_next = next_sequence(b.base_sequence, b.count)
+            st.confirmed = True
 
     def out_of_order_is_retriable(self, b: ProducerBatch) -> bool:
         """OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind an unresolved one (in flight, waiting to

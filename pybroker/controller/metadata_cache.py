@@ -46,6 +46,7 @@ class MetadataCache:
         self.controller_id = -1
         self.topics: dict[str, TopicMeta] = {}
         self.topic_names: dict = {}  # topic id (uuid.UUID) -> name, for the APIs that name topics by id
+        self.deletion_listeners: list = []  # called with the names of deleted topics (the group coordinator)
         self._waiters: list[asyncio.Future] = []
 
     def update(self, controller_id: int, brokers, states, topic_ids: dict, deleted=()) -> None:
@@ -58,6 +59,9 @@ class MetadataCache:
             gone = self.topics.pop(name, None)
             if gone is not None:
                 self.topic_names.pop(gone.topic_id, None)
+        if deleted:
+            for listener in self.deletion_listeners:
+                listener(list(deleted))
         for s in states:
             meta = self.topics.get(s.topic)
             if meta is None:

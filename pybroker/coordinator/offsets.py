@@ -71,6 +71,9 @@ class OffsetStore:
         listeners = getattr(broker.replicas, "marker_listeners", None)
         if listeners is not None:
             listeners.append(self.on_marker)
+        deletions = getattr(getattr(broker, "metadata", None), "deletion_listeners", None)
+        if deletions is not None:
+            deletions.append(self.on_topics_deleted)
 
     @property
     def controller(self):
@@ -259,6 +262,37 @@ class OffsetStore:
                 if self.coordinator is not None:
                     self.coordinator.ensure_group(group)
         self.pending.done(taken)
+
+    # ---- topic deletion -------------------------------------------------------------------
+
+    def on_topics_deleted(self, topics) -> None:
+        """Deleted topics take the committed offsets of the groups coordinated here with them, as
+        tombstones (as Kafka's coordinator on partition deletion): a restart and a recreated topic of
+        the same name find none."""
+        names = {t for t in topics if t != TOPIC}
+        if not names or not self.owned:
+            return
+        self.pending.drop_topics(names)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool applying metadata offline): nothing is coordinated
+            return
+        task = loop.create_task(self._remove_topics(names))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _remove_topics(self, names: set) -> None:
+        """Tombstones, one batch per group; an Empty group left without offsets stays until the
+        housekeeping drops it (as Kafka's consumer-protocol coordinator)."""
+        doomed = {g: [tp for tp in offsets if tp[0] in names] for g, offsets in self.offsets.items() if self.owns(g)}
+        doomed = {g: tps for g, tps in doomed.items() if tps}
+        errors = await asyncio.gather(*(self.delete(g, tps) for g, tps in doomed.items()))
+        for group, error in zip(doomed, errors):
+            if error:  # the partition moved or is unavailable: its next leader still replays the offsets
+                log.warning("could not remove the offsets of deleted topics %s from group %s: error %d",
+                            sorted(names), group, error)
+        if doomed:
+            log.info("removed the offsets of deleted topics %s from %d groups", sorted(names), len(doomed))
 
     # ---- reads ----------------------------------------------------------------------------
 

@@ -95,6 +95,14 @@ class PendingTxnOffsets:
     def groups_of_producer(self, producer_id: int) -> list[str]:
         return [g for g, by_pid in self.by_group.items() if producer_id in by_pid]
 
+    def drop_topics(self, topics) -> None:
+        """The topics were deleted: open transactions lose their offsets, so a COMMIT applies none of them."""
+        for group, by_pid in list(self.by_group.items()):
+            for producer_id, by_tp in list(by_pid.items()):
+                for tp in [tp for tp in by_tp if tp[0] in topics]:
+                    del by_tp[tp]
+                self._prune(group, producer_id)
+
     def forget_groups(self, groups) -> None:
         """The groups' partition is no longer led here: the next leader replays them."""
         for group in groups:

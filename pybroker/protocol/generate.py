@@ -520,20 +520,23 @@ class Generator:
                 for f in tagged:
                     lines.append(f"o.{f.attr} = {f.default_expr(cls_alias)}")
                 lines.append("unknown = None")
-                lines.append("spans, pos = rd_tag_spans(buf, pos)")
-                lines.append("for tag, p, end in spans:")
+                lines.append("if pos < len(buf) and buf[pos] == 0:  # the usual empty section")
+                lines.append("    pos += 1")
+                lines.append("else:")
+                lines.append("    spans, pos = rd_tag_spans(buf, pos)")
+                lines.append("    for tag, p, end in spans:")
                 for i, f in enumerate(tagged):
                     kw = "if" if i == 0 else "elif"
-                    lines.append(f"    {kw} tag == {f.tag}:")
+                    lines.append(f"        {kw} tag == {f.tag}:")
                     for line in self.read_value(f, v, flex, f"o.{f.attr}", "buf[:end]", "p"):
-                        lines.append("        " + line)
-                    lines.append("        if p != end:")
-                    lines.append(f"            raise DecodeError('tagged field {f.attr}: "
+                        lines.append("            " + line)
+                    lines.append("            if p != end:")
+                    lines.append(f"                raise DecodeError('tagged field {f.attr}: "
                                  "size does not match its value')")
-                lines.append("    else:")
-                lines.append("        if unknown is None:")
-                lines.append("            unknown = []")
-                lines.append("        unknown.append((tag, bytes(buf[p:end])))")
+                lines.append("        else:")
+                lines.append("            if unknown is None:")
+                lines.append("                unknown = []")
+                lines.append("            unknown.append((tag, bytes(buf[p:end])))")
                 lines.append("o._unknown_tagged = unknown")
             else:
                 lines.append("o._unknown_tagged, pos = rd_tags(buf, pos)")

@@ -286,40 +286,43 @@ def _dec_ApiVersionsResponse_v3(buf, pos):
     o.finalized_features = []
     o.zk_migration_ready = False
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            n, p = rd_ccount(buf[:end], p, 6)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf[:end], p)
-                lst.append(e)
-            o.supported_features = lst
-            if p != end:
-                raise DecodeError('tagged field supported_features: size does not match its value')
-        elif tag == 1:
-            o.finalized_features_epoch = _S_q.unpack_from(buf[:end], p)[0]
-            p += 8
-            if p != end:
-                raise DecodeError('tagged field finalized_features_epoch: size does not match its value')
-        elif tag == 2:
-            n, p = rd_ccount(buf[:end], p, 6)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf[:end], p)
-                lst.append(e)
-            o.finalized_features = lst
-            if p != end:
-                raise DecodeError('tagged field finalized_features: size does not match its value')
-        elif tag == 3:
-            o.zk_migration_ready = _S_o.unpack_from(buf[:end], p)[0]
-            p += 1
-            if p != end:
-                raise DecodeError('tagged field zk_migration_ready: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                n, p = rd_ccount(buf[:end], p, 6)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf[:end], p)
+                    lst.append(e)
+                o.supported_features = lst
+                if p != end:
+                    raise DecodeError('tagged field supported_features: size does not match its value')
+            elif tag == 1:
+                o.finalized_features_epoch = _S_q.unpack_from(buf[:end], p)[0]
+                p += 8
+                if p != end:
+                    raise DecodeError('tagged field finalized_features_epoch: size does not match its value')
+            elif tag == 2:
+                n, p = rd_ccount(buf[:end], p, 6)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf[:end], p)
+                    lst.append(e)
+                o.finalized_features = lst
+                if p != end:
+                    raise DecodeError('tagged field finalized_features: size does not match its value')
+            elif tag == 3:
+                o.zk_migration_ready = _S_o.unpack_from(buf[:end], p)[0]
+                p += 1
+                if p != end:
+                    raise DecodeError('tagged field zk_migration_ready: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

@@ -92,16 +92,19 @@ def _dec_BrokerHeartbeatRequest_v1(buf, pos):
     pos += 22
     o.offline_log_dirs = []
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.offline_log_dirs, p = rd_carray(buf[:end], p, 16, rd_uuid)
-            if p != end:
-                raise DecodeError('tagged field offline_log_dirs: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.offline_log_dirs, p = rd_carray(buf[:end], p, 16, rd_uuid)
+                if p != end:
+                    raise DecodeError('tagged field offline_log_dirs: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

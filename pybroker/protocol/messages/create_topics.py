@@ -438,17 +438,20 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos):
         o.configs = lst
     o.topic_config_error_code = 0
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.topic_config_error_code = _S_h.unpack_from(buf[:end], p)[0]
-            p += 2
-            if p != end:
-                raise DecodeError('tagged field topic_config_error_code: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.topic_config_error_code = _S_h.unpack_from(buf[:end], p)[0]
+                p += 2
+                if p != end:
+                    raise DecodeError('tagged field topic_config_error_code: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -488,17 +491,20 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos):
         o.configs = lst
     o.topic_config_error_code = 0
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.topic_config_error_code = _S_h.unpack_from(buf[:end], p)[0]
-            p += 2
-            if p != end:
-                raise DecodeError('tagged field topic_config_error_code: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.topic_config_error_code = _S_h.unpack_from(buf[:end], p)[0]
+                p += 2
+                if p != end:
+                    raise DecodeError('tagged field topic_config_error_code: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

@@ -465,16 +465,19 @@ def _dec_FetchRequest_FetchPartition_v17(buf, pos):
     pos += 32
     o.replica_directory_id = ZERO_UUID
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.replica_directory_id, p = rd_uuid(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field replica_directory_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.replica_directory_id, p = rd_uuid(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field replica_directory_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -868,16 +871,19 @@ def _dec_FetchRequest_v12(buf, pos):
     o.rack_id, pos = rd_cstring(buf, pos)
     o.cluster_id = None
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -916,16 +922,19 @@ def _dec_FetchRequest_v13(buf, pos):
     o.rack_id, pos = rd_cstring(buf, pos)
     o.cluster_id = None
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -965,20 +974,23 @@ def _dec_FetchRequest_v15(buf, pos):
     o.cluster_id = None
     o.replica_state = _C_FetchRequest_ReplicaState()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        elif tag == 1:
-            o.replica_state, p = _dec_FetchRequest_ReplicaState_v15(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field replica_state: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            elif tag == 1:
+                o.replica_state, p = _dec_FetchRequest_ReplicaState_v15(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field replica_state: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -1023,20 +1035,23 @@ def _dec_FetchRequest_v17(buf, pos):
     o.cluster_id = None
     o.replica_state = _C_FetchRequest_ReplicaState()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        elif tag == 1:
-            o.replica_state, p = _dec_FetchRequest_ReplicaState_v15(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field replica_state: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            elif tag == 1:
+                o.replica_state, p = _dec_FetchRequest_ReplicaState_v15(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field replica_state: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -1252,24 +1267,27 @@ def _dec_FetchResponse_PartitionData_v12(buf, pos):
     o.current_leader = _C_FetchResponse_LeaderIdAndEpoch()
     o.snapshot_id = _C_FetchResponse_SnapshotId()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.diverging_epoch, p = _dec_FetchResponse_EpochEndOffset_v12(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field diverging_epoch: size does not match its value')
-        elif tag == 1:
-            o.current_leader, p = _dec_FetchResponse_LeaderIdAndEpoch_v12(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field current_leader: size does not match its value')
-        elif tag == 2:
-            o.snapshot_id, p = _dec_FetchResponse_SnapshotId_v12(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field snapshot_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.diverging_epoch, p = _dec_FetchResponse_EpochEndOffset_v12(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field diverging_epoch: size does not match its value')
+            elif tag == 1:
+                o.current_leader, p = _dec_FetchResponse_LeaderIdAndEpoch_v12(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field current_leader: size does not match its value')
+            elif tag == 2:
+                o.snapshot_id, p = _dec_FetchResponse_SnapshotId_v12(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field snapshot_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -1616,21 +1634,24 @@ def _dec_FetchResponse_v16(buf, pos):
     o.responses = lst
     o.node_endpoints = []
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            n, p = rd_ccount(buf[:end], p, 11)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_FetchResponse_NodeEndpoint_v16(buf[:end], p)
-                lst.append(e)
-            o.node_endpoints = lst
-            if p != end:
-                raise DecodeError('tagged field node_endpoints: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                n, p = rd_ccount(buf[:end], p, 11)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_FetchResponse_NodeEndpoint_v16(buf[:end], p)
+                    lst.append(e)
+                o.node_endpoints = lst
+                if p != end:
+                    raise DecodeError('tagged field node_endpoints: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

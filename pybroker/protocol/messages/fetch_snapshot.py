@@ -297,16 +297,19 @@ def _dec_FetchSnapshotRequest_PartitionSnapshot_v1(buf, pos):
     pos += 8
     o.replica_directory_id = ZERO_UUID
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.replica_directory_id, p = rd_uuid(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field replica_directory_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.replica_directory_id, p = rd_uuid(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field replica_directory_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -374,16 +377,19 @@ def _dec_FetchSnapshotRequest_v0(buf, pos):
     o.topics = lst
     o.cluster_id = None
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -412,16 +418,19 @@ def _dec_FetchSnapshotRequest_v1(buf, pos):
     o.topics = lst
     o.cluster_id = None
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.cluster_id, p = rd_ncstring(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field cluster_id: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.cluster_id, p = rd_ncstring(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field cluster_id: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -474,16 +483,19 @@ def _dec_FetchSnapshotResponse_PartitionSnapshot_v0(buf, pos):
     o.unaligned_records, pos = rd_crecords(buf, pos)
     o.current_leader = _C_FetchSnapshotResponse_LeaderIdAndEpoch()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.current_leader, p = _dec_FetchSnapshotResponse_LeaderIdAndEpoch_v0(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field current_leader: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.current_leader, p = _dec_FetchSnapshotResponse_LeaderIdAndEpoch_v0(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field current_leader: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -572,21 +584,24 @@ def _dec_FetchSnapshotResponse_v1(buf, pos):
     o.topics = lst
     o.node_endpoints = []
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            n, p = rd_ccount(buf[:end], p, 8)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_FetchSnapshotResponse_NodeEndpoint_v1(buf[:end], p)
-                lst.append(e)
-            o.node_endpoints = lst
-            if p != end:
-                raise DecodeError('tagged field node_endpoints: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                n, p = rd_ccount(buf[:end], p, 8)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_FetchSnapshotResponse_NodeEndpoint_v1(buf[:end], p)
+                    lst.append(e)
+                o.node_endpoints = lst
+                if p != end:
+                    raise DecodeError('tagged field node_endpoints: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

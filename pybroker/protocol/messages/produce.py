@@ -508,16 +508,19 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(buf, pos):
     o.error_message, pos = rd_ncstring(buf, pos)
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.current_leader, p = _dec_ProduceResponse_LeaderIdAndEpoch_v10(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field current_leader: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.current_leader, p = _dec_ProduceResponse_LeaderIdAndEpoch_v10(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field current_leader: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
@@ -796,21 +799,24 @@ def _dec_ProduceResponse_v10(buf, pos):
     pos += 4
     o.node_endpoints = []
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            n, p = rd_ccount(buf[:end], p, 11)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_ProduceResponse_NodeEndpoint_v10(buf[:end], p)
-                lst.append(e)
-            o.node_endpoints = lst
-            if p != end:
-                raise DecodeError('tagged field node_endpoints: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                n, p = rd_ccount(buf[:end], p, 11)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_ProduceResponse_NodeEndpoint_v10(buf[:end], p)
+                    lst.append(e)
+                o.node_endpoints = lst
+                if p != end:
+                    raise DecodeError('tagged field node_endpoints: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

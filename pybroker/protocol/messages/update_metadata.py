@@ -758,17 +758,20 @@ def _dec_UpdateMetadataRequest_v8(buf, pos):
     o.live_brokers = lst
     o.type = 0
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.type = _S_b.unpack_from(buf[:end], p)[0]
-            p += 1
-            if p != end:
-                raise DecodeError('tagged field type: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.type = _S_b.unpack_from(buf[:end], p)[0]
+                p += 1
+                if p != end:
+                    raise DecodeError('tagged field type: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

@@ -226,16 +226,19 @@ def _dec_UpdateRaftVoterResponse_v0(buf, pos):
     pos += 6
     o.current_leader = _C_UpdateRaftVoterResponse_CurrentLeader()
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            o.current_leader, p = _dec_UpdateRaftVoterResponse_CurrentLeader_v0(buf[:end], p)
-            if p != end:
-                raise DecodeError('tagged field current_leader: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                o.current_leader, p = _dec_UpdateRaftVoterResponse_CurrentLeader_v0(buf[:end], p)
+                if p != end:
+                    raise DecodeError('tagged field current_leader: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 

@@ -377,21 +377,24 @@ def _dec_VoteResponse_v1(buf, pos):
     o.topics = lst
     o.node_endpoints = []
     unknown = None
-    spans, pos = rd_tag_spans(buf, pos)
-    for tag, p, end in spans:
-        if tag == 0:
-            n, p = rd_ccount(buf[:end], p, 8)
-            lst = []
-            for _ in range(n):
-                e, p = _dec_VoteResponse_NodeEndpoint_v1(buf[:end], p)
-                lst.append(e)
-            o.node_endpoints = lst
-            if p != end:
-                raise DecodeError('tagged field node_endpoints: size does not match its value')
-        else:
-            if unknown is None:
-                unknown = []
-            unknown.append((tag, bytes(buf[p:end])))
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        pos += 1
+    else:
+        spans, pos = rd_tag_spans(buf, pos)
+        for tag, p, end in spans:
+            if tag == 0:
+                n, p = rd_ccount(buf[:end], p, 8)
+                lst = []
+                for _ in range(n):
+                    e, p = _dec_VoteResponse_NodeEndpoint_v1(buf[:end], p)
+                    lst.append(e)
+                o.node_endpoints = lst
+                if p != end:
+                    raise DecodeError('tagged field node_endpoints: size does not match its value')
+            else:
+                if unknown is None:
+                    unknown = []
+                unknown.append((tag, bytes(buf[p:end])))
     o._unknown_tagged = unknown
     return o, pos
 
