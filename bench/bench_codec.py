@@ -15,12 +15,12 @@ seconds. Ratios are the replaced code's time divided by each implementation's ti
 import argparse
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loop_timing import call_samples_us  # noqa: E402
 from pybroker import core  # noqa: E402
 from pybroker.api import fetch as fetch_api  # noqa: E402
 from pybroker.protocol.messages import REQUESTS  # noqa: E402
@@ -37,22 +37,7 @@ def load(impl):
 
 
 def per_call_us(fn, runs, min_time):
-    n = 1
-    while True:  # size the loop once so that one timing lasts about min_time
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t >= min_time / 4 or n >= 1 << 24:
-            break
-        n *= 4
-    n = max(1, int(n * min_time / max(time.perf_counter() - t, 1e-9)))
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(samples)
+    return statistics.median(call_samples_us(fn, runs, min_time, max_loop=1 << 24))
 
 
 def produce_frame(ntopics, nparts, version=8):

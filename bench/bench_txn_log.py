@@ -22,30 +22,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "bench"))  # after the measured tree, which children put first
+from loop_timing import call_samples_us  # noqa: E402
 
 
 def per_call_us(fn, runs, min_time):
-    n = 1
-    while True:  # size the loop once so that one timing lasts about min_time
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t >= min_time / 4 or n >= 1 << 20:
-            break
-        n *= 4
-    n = max(1, int(n * min_time / max(time.perf_counter() - t, 1e-9)))
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(samples)
+    return statistics.median(call_samples_us(fn, runs, min_time))
 
 
 def measure(runs: int, min_time: float) -> dict:

@@ -7,31 +7,20 @@ decode, validation, append, the answer encoded. No network, so timings hold unde
     python bench/produce_inprocess.py TREE RUNS MIN_TIME VERSION [VERSION ...]   (prints one JSON line)
 """
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from types import SimpleNamespace
+
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # after the measured tree, which main() puts first
+from loop_timing import call_samples_us  # noqa: E402
 
 
 def per_call_us(fn, runs: int, min_time: float) -> tuple[float, float]:
     """(fastest, median) of ``runs`` timings: the fastest is the least disturbed by other work."""
-    n = 1
-    while True:  # size the loop once so that one timing lasts about min_time
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t >= min_time / 4 or n >= 1 << 20:
-            break
-        n *= 4
-    n = max(1, int(n * min_time / max(time.perf_counter() - t, 1e-9)))
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t) / n * 1e6)
+    samples = call_samples_us(fn, runs, min_time)
     return min(samples), statistics.median(samples)
 
 
