@@ -263,6 +263,8 @@ class ReplicaFetcher:
         log.info("%s-%d: the leader ended epoch %d at %d, our log at %d: truncating to %d", *key, epoch, end,
                  p.log_end_offset, offset)
         p.truncate_to(offset)
+        if offset >= p.log_end_offset:  # as Kafka: an epoch we began as leader without data conflicts
+            p.log.epochs.truncate_from_end(p.log_end_offset)
         if settled:  # our log is the leader's up to its end now: its high watermark holds for us
             p.update_follower_high_watermark(r.high_watermark)
 
