@@ -12,7 +12,6 @@ import os
 import socket
 import struct
 import subprocess
-import threading
 import time
 import uuid
 
@@ -25,6 +24,7 @@ from pybroker.protocol.messages import REQUESTS
 from pybroker.records import Record, build_batch
 from pybroker.replica.fetch_session_client import FetchSessionClient
 from pybroker.replica.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
+from tests.proxy_base import ThreadedProxy
 from tests.kafka_wire import WireClient
 
 Fetch = REQUESTS[1]
@@ -333,29 +333,15 @@ def test_no_slots_no_sessions(broker_factory):
 
 # ---- real clients through a byte-counting proxy -----------------------------------------------------
 
-class CountingProxy:
-    """TCP proxy on 127.0.0.1 recording (api key, version, request bytes, response bytes) per request.
-
-    Every loop ends when close() is called or ``lifetime`` seconds have passed."""
+class CountingProxy(ThreadedProxy):
+    """TCP proxy on 127.0.0.1 recording (api key, version, request bytes, response bytes) per request;
+    connections wait (unaccepted) until ``target`` names the port to forward to."""
 
     def __init__(self, lifetime=120.0):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
+        super().__init__(lifetime)
         self.requests = {}  # (connection, correlation id) -> [api key, version, request size, response size]
         self.order = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._deadline = time.monotonic() + lifetime
-        self._threads, self._socks = [], [self.sock]
-        self._target = None
         self._connections = 0
-
-    def start(self, target_port=None):
-        """Forward to ``target_port``; connections wait (unaccepted) until ``target`` names it."""
-        self._target = target_port
-        self._spawn(self._accept)
-        return self
 
     def target(self, port):
         self._target = port
@@ -363,27 +349,6 @@ class CountingProxy:
     def fetches(self):
         with self._lock:
             return [self.requests[k] for k in self.order if self.requests[k][0] == 1 and self.requests[k][3] >= 0]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self):
-        self._stop.set()
-        for t in self._threads:
-            t.join(5)
-        for s in self._socks:
-            s.close()
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _running(self):
-        return not self._stop.is_set() and time.monotonic() < self._deadline
 
     def _accept(self):
         while self._running():

@@ -9,8 +9,6 @@ by the generated FetchResponse codec.
 import importlib
 import socket
 import struct
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -18,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from pybroker import core
+from tests.proxy_base import ThreadedProxy
 from pybroker.api import fetch as fetch_api
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
 from pybroker.protocol import DecodeError, EncodeError, RequestHeader, UnsupportedVersionError
@@ -299,46 +298,18 @@ def test_golden_captures(capture, client_id, layout):
 
 # ---- live capture ----------------------------------------------------------------------------
 
-class RecordingProxy:
+class RecordingProxy(ThreadedProxy):
     """TCP proxy on 127.0.0.1 that forwards to a broker and keeps every client->broker frame.
 
     Every loop ends when close() is called or ``lifetime`` seconds have passed."""
 
     def __init__(self, lifetime=60.0):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
+        super().__init__(lifetime)
         self.frames = []  # request frames without the size prefix, in arrival order
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._deadline = time.monotonic() + lifetime
-        self._threads = []
-        self._socks = [self.sock]
-        self._target = None
-
-    def start(self, target_port):
-        self._target = target_port
-        self._spawn(self._accept)
-        return self
 
     def requests(self, api_key):
         with self._lock:
             return [f for f in self.frames if struct.unpack_from(">h", f)[0] == api_key]
-
-    def close(self):
-        self._stop.set()
-        for t in self._threads:
-            t.join(5)
-        for s in self._socks:
-            s.close()
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _running(self):
-        return not self._stop.is_set() and time.monotonic() < self._deadline
 
     def _accept(self):
         while self._running():
