@@ -159,7 +159,7 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
             "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name", "super.users",
-            "group.consumer.assignors")
+            "group.consumer.assignors", "group.consumer.migration.policy")
 SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
@@ -211,6 +211,7 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_max_size: int = INT_MAX
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    group_consumer_migration_policy: str = "bidirectional"  # online classic <-> consumer conversion, as Kafka 4.0
     offsets_topic_replication_factor: int = 3
     transaction_state_log_num_partitions: int = 50  # the transaction coordinator (pybroker/transaction)
     transaction_state_log_replication_factor: int = 3
@@ -420,6 +421,7 @@ class BrokerConfig:
         put("authorizer.class.name", self.authorizer_class_name)
         put("super.users", raw.get("super.users") or None)
         put("group.consumer.assignors", ",".join(self.group_consumer_assignors))
+        put("group.consumer.migration.policy", self.group_consumer_migration_policy)
         lc = self.log
         for name, key in _BROKER_LOG_NAMES.items():
             value = getattr(lc, name)
@@ -649,7 +651,8 @@ def _authorizer(raw: Mapping[str, str], values: dict) -> None:
 
 
 def _consumer_groups(raw: Mapping[str, str], values: dict) -> None:
-    """group.consumer.assignors (names or Kafka's class names) and the heartbeat < session timeout rule."""
+    """group.consumer.assignors (names or Kafka's class names), group.consumer.migration.policy and the
+    heartbeat < session timeout rule."""
     from pybroker.coordinator.assignors_server import assignor_name
     if "group.consumer.assignors" in raw:
         names = [n for n in raw["group.consumer.assignors"].split(",") if n.strip()]
@@ -658,6 +661,13 @@ def _consumer_groups(raw: Mapping[str, str], values: dict) -> None:
             raise ConfigError(f"group.consumer.assignors={raw['group.consumer.assignors']!r}: expected a list of "
                               "uniform, range", "group.consumer.assignors")
         values["group_consumer_assignors"] = tuple(dict.fromkeys(found))
+    if "group.consumer.migration.policy" in raw:
+        from pybroker.coordinator.group_migration import POLICIES
+        policy = raw["group.consumer.migration.policy"].strip().lower()
+        if policy not in POLICIES:
+            raise ConfigError(f"group.consumer.migration.policy={raw['group.consumer.migration.policy']!r}: "
+                              f"expected one of {', '.join(POLICIES)}", "group.consumer.migration.policy")
+        values["group_consumer_migration_policy"] = policy
     heartbeat = values.get("group_consumer_heartbeat_interval_ms", 5000)
     session = values.get("group_consumer_session_timeout_ms", 45000)
     if heartbeat >= session:

@@ -193,3 +193,9 @@ def test_group_consumer_configs():
         BrokerConfig.from_properties({"group.consumer.assignors": "uniform,sticky"})
     with pytest.raises(ConfigError, match="less than"):
         BrokerConfig.from_properties({"group.consumer.heartbeat.interval.ms": "45000"})
+    assert c.group_consumer_migration_policy == "bidirectional"  # Kafka 4.0's default
+    assert c.describe()["group.consumer.migration.policy"] == ("bidirectional", True)
+    c = BrokerConfig.from_properties({"group.consumer.migration.policy": "UPGRADE"})
+    assert c.group_consumer_migration_policy == "upgrade"
+    with pytest.raises(ConfigError, match="group.consumer.migration.policy"):
+        BrokerConfig.from_properties({"group.consumer.migration.policy": "sideways"})

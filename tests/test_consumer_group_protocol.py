@@ -289,14 +289,14 @@ def test_classic_and_consumer_groups_coexist(broker):
                                protocols=[join_req.JoinGroupRequestProtocol(name="range", metadata=b"")]), 3)
         assert r.error_code == NONE
         r2 = heartbeat(w, group, "m", 0, topics=[topic], owned={}, rebalance_ms=1000)
-        assert r2.error_code == GROUP_ID_NOT_FOUND  # a classic group with members
+        assert r2.error_code == GROUP_ID_NOT_FOUND  # members without a readable subscription: no upgrade
         assert describe(w, group).error_code == GROUP_ID_NOT_FOUND
         assert w.request(leave_req(group_id=group, member_id=r.member_id), 2).error_code == NONE
         a, _ = join(w, group, [topic])  # the Empty classic group converts
         r = w.request(join_req(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id="",
                                protocol_type="consumer",
                                protocols=[join_req.JoinGroupRequestProtocol(name="range", metadata=b"")]), 3)
-        assert r.error_code == INCONSISTENT_GROUP_PROTOCOL
+        assert r.error_code == INCONSISTENT_GROUP_PROTOCOL  # no subscription to serve it by
         listed = w.request(REQUESTS[16](states_filter=[], types_filter=["consumer"]), 5).groups
         assert [(g.group_id, g.group_type, g.group_state) for g in listed if g.group_id == group] == \
             [(group, "consumer", "Stable")]

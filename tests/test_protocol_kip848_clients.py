@@ -1,18 +1,15 @@
 """The consumer group protocol (KIP-848) seen from librdkafka with ``group.protocol=consumer``, checked
 by the data: a member keeps consuming the partitions it keeps while another member joins (no
 stop-the-world), a topic deleted and recreated under a live member is followed through its new id,
-the server assignor comes from ``group.consumer.assignors`` unless a member names another, and classic
-and consumer groups meet as in Kafka 3.8 (next to Kafka itself when it is installed), and a deleted
-topic's committed offsets go with it."""
+the server assignor comes from ``group.consumer.assignors`` unless a member names another, and a
+deleted topic's committed offsets go with it. (Classic and consumer groups meeting: test_group_migration.py.)"""
 import collections
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from pybroker.client.assignors import Subscription, encode_subscription
 from pybroker.protocol import REQUESTS
 from tests.clientutil import DEADLINE, finish_broker, start_broker, wait_until
 from tests.kafka_wire import WireClient
@@ -204,63 +201,3 @@ def test_deleting_a_topic_removes_its_committed_offsets(broker):
         assert wait_until(lambda: w.metadata([topic], version=12).topics[0].error_code != NONE, timeout=DEADLINE)
         create_topic(broker.port, 1, topic)
         assert wait_until(lambda: committed(w) == -1, timeout=5), committed(w)  # not the old incarnation's 5
-
-
-# ---- classic and consumer groups side by side, next to Kafka 3.8 ------------------------------------
-
-def conversion_transcript(port: int) -> list:
-    """A classic group with a member, a consumer-protocol member knocking, the classic member leaving,
-    the consumer member joining, a classic member knocking: each step's error code and the listing."""
-    topic, _ = create_topic(port, 1)
-    group, out = unique("convert"), []
-    join_req, leave_req, list_req = REQUESTS[11], REQUESTS[13], REQUESTS[16]
-    subscription = encode_subscription(Subscription([topic]))
-
-    def classic_join():
-        return w.request(join_req(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id="",
-                                  protocol_type="consumer",
-                                  protocols=[join_req.JoinGroupRequestProtocol(name="range", metadata=subscription)]), 3)
-
-    def listing():
-        return [(g.group_type, g.group_state) for g in w.request(list_req(states_filter=[], types_filter=[]), 5).groups
-                if g.group_id == group]
-
-    wait_for_coordinator(port)
-    with WireClient(port) as w:
-        classic = classic_join()
-        # no listing here: Kafka lists groups from its last committed write, and a classic group is
-        # first written when its rebalance completes, so Kafka may or may not show it yet
-        out.append(("classic join", classic.error_code))
-        r = heartbeat(w, group, uuid.uuid4().hex, 0, topics=[topic], owned={}, rebalance_ms=30000, version=0)
-        out.append(("consumer member into a busy classic group", r.error_code))
-        out.append(("describe as a consumer group", describe(w, group).error_code))
-        out.append(("classic leave", w.request(leave_req(group_id=group, member_id=classic.member_id), 2).error_code,
-                    listing()))
-        r = heartbeat(w, group, uuid.uuid4().hex, 0, topics=[topic], owned={}, rebalance_ms=30000, version=0)
-        out.append(("consumer member into the empty classic group", r.error_code, r.member_epoch, listing()))
-        out.append(("classic join into the consumer group", classic_join().error_code))
-    return out
-
-
-@pytest.fixture(scope="module")
-def kafka_disabled_migration(tmp_path_factory):
-    """Kafka 3.8 without online migration between the protocols (what pybroker implements)."""
-    from tests.secure_brokers import KAFKA_HOME, kafka_available
-    from tests.test_consumer_group_protocol import start_kafka
-    if not kafka_available():
-        pytest.skip(f"Apache Kafka 3.8 is not installed at {KAFKA_HOME}")
-    proc, port = start_kafka(str(tmp_path_factory.mktemp("kafka-migration")), ["group.consumer.migration.policy=disabled"])
-    try:
-        yield port
-    finally:
-        proc.kill()
-        proc.wait(60)
-
-
-def test_classic_group_conversion_matches_kafka(broker, kafka_disabled_migration):
-    """A busy classic group refuses consumer-protocol members (GROUP_ID_NOT_FOUND); once empty, a
-    consumer-protocol member converts it; answers as Kafka 3.8's without online migration."""
-    ours, kafkas = conversion_transcript(broker.port), conversion_transcript(kafka_disabled_migration)
-    assert ours[:-1] == kafkas[:-1]
-    # Kafka 3.8 lets the classic member in (0); Kafka 4.0 and pybroker refuse it
-    assert ours[-1] == ("classic join into the consumer group", 23)

@@ -1,7 +1,8 @@
 """The consumer group protocol (KIP-848) on the event loop: ConsumerGroupHeartbeat and its timers.
 
-A heartbeat (1) validates the request, (2) finds or creates the group (an Empty classic group of
-that id converts; a classic group with members answers GROUP_ID_NOT_FOUND as Kafka 4.0 does),
+A heartbeat (1) validates the request, (2) finds or creates the group (a classic group of that id
+converts: an Empty one always, one with members as ``group.consumer.migration.policy`` allows, see
+group_migration.py; classic members then stay in it, classic_members.py),
 (3) joins, updates or fences the member (its epoch must be the current one, or the previous one
 when the member only missed our last answer), (4) bumps the group epoch when membership,
 subscriptions or the subscribed topics' partitions changed, (5) recomputes the target assignment
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 
 from pybroker.controller.metadata_store import random_uuid, uuid_to_base64
 from pybroker.coordinator import assignors_server as assignors
-from pybroker.coordinator import topic_regex
+from pybroker.coordinator import consumer_protocol, group_migration, topic_regex
+from pybroker.coordinator.classic_members import ClassicMembers
 from pybroker.coordinator.group import now_ms
 from pybroker.coordinator.consumer_group import (LEAVE_EPOCH, STATIC_LEAVE_EPOCH, UNREVOKED_PARTITIONS,
                                                  ConsumerGroup, ConsumerMember, is_subset, same)
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 NONE = 0
 INVALID_REQUEST = 42
+ILLEGAL_GENERATION = 22
 UNKNOWN_MEMBER_ID = 25
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
@@ -80,6 +83,7 @@ class ConsumerGroupCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self.regexes = topic_regex.TopicRegexes()  # shared by the groups: matched once per set of topic names
         self._names_checked = 0.0  # monotonic time the topic names were last handed to ``regexes``
+        self.classic = ClassicMembers(self)  # JoinGroup/SyncGroup/Heartbeat/LeaveGroup of classic members
 
     @property
     def assignor_names(self) -> tuple:
@@ -97,6 +101,10 @@ class ConsumerGroupCoordinator:
     def max_size(self) -> int:
         return self.config.group_consumer_max_size
 
+    @property
+    def migration_policy(self) -> str:
+        return self.config.group_consumer_migration_policy
+
     # ---- lifecycle ------------------------------------------------------------------------
 
     def release(self, group_id: str) -> None:
@@ -104,8 +112,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is not None:
             for m in group.members.values():
-                _cancel(m.session_timer)
-                _cancel(m.revocation_timer)
+                _cancel_timers(m)
 
     def release_all(self) -> None:
         for group_id in list(self.groups):
@@ -141,12 +148,12 @@ class ConsumerGroupCoordinator:
                 self.groups.pop(group.group_id, None)
             return HeartbeatResult(error, message)
         before = dict(member.assigned)
-        self._update_member(group, member, req, client_id, client_host)
-        self._maybe_new_target(group)
+        self.update_member(group, member, req, client_id, client_host)
+        self.maybe_new_target(group)
         owned = {} if req.member_epoch == 0 else req.owned
         group.reconcile(member, owned)
         self._maybe_revocation_timer(group, member)
-        self._touch(group, member)
+        self.touch(group, member)
         # as Kafka: the assignment goes out on a full request (join, or a client resending everything after
         # an error) or when it changed
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.subscribed_names is not None
@@ -187,7 +194,10 @@ class ConsumerGroupCoordinator:
             return group, NONE, None
         classic = self.parent.groups.get(req.group_id)
         if classic is not None and (classic.members or classic.pending):
-            return None, GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group."
+            group = self._upgrade(classic) if req.member_epoch == 0 else None
+            if group is None:
+                return None, GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group."
+            return group, NONE, None
         if req.member_epoch != 0:  # membership is not kept across coordinator moves: rejoin
             return None, UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}."
         if classic is not None:
@@ -196,6 +206,41 @@ class ConsumerGroupCoordinator:
         group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
         return group, NONE, None
 
+    def _upgrade(self, classic) -> ConsumerGroup | None:
+        """A classic group with members becomes a consumer group (online upgrade), or None when it cannot."""
+        why = None
+        if not group_migration.upgrade_enabled(self.migration_policy):
+            why = f"group.consumer.migration.policy is {self.migration_policy}"
+        elif classic.protocol_type != consumer_protocol.PROTOCOL_TYPE:
+            why = f"its protocol type is {classic.protocol_type!r}, not the consumer protocol"
+        elif len(classic.members) > self.max_size:
+            why = f"it has more members than group.consumer.max.size ({self.max_size})"
+        if why is None:
+            try:
+                group = group_migration.to_consumer_group(classic, self.parent.topics)
+            except consumer_protocol.MalformedProtocol as exc:
+                why = f"a member's consumer protocol metadata is unreadable: {exc}"
+        if why is not None:
+            log.info("group %s: not upgraded to a consumer group: %s", classic.group_id, why)
+            return None
+        self.parent.retire_classic(classic.group_id)
+        self.groups[group.group_id] = group
+        for m in group.members.values():
+            self.touch(group, m)
+        log.info("group %s: upgraded from a classic group with %d members to a consumer group (epoch %d)",
+                 group.group_id, len(group.members), group.group_epoch)
+        return group
+
+    def _downgrade(self, group: ConsumerGroup, leaving: ConsumerMember) -> bool:
+        """The last consumer-protocol member goes and classic members remain: back to a classic group."""
+        if not group_migration.downgrade_enabled(self.migration_policy) or \
+                not group.classic_only_except(leaving.member_id):
+            return False
+        classic = group_migration.to_classic_group(group, leaving.member_id, self.topic_names())
+        self.release(group.group_id)
+        self.parent.adopt_classic(classic, f"downgraded from a consumer group: member {leaving.member_id} left")
+        return True
+
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest):
         member_id = req.member_id or uuid_to_base64(random_uuid())  # v0 lets the coordinator choose, as Kafka
         if req.instance_id is not None and req.instance_id in group.static:
@@ -203,7 +248,7 @@ class ConsumerGroupCoordinator:
             if old.member_epoch != STATIC_LEAVE_EPOCH:
                 return None, UNRELEASED_INSTANCE_ID, (f"Instance id {req.instance_id} still belongs to member "
                                                       f"{old.member_id}: it has not left with epoch -2.")
-            return self._replace_static(group, old, member_id), NONE, None
+            return self.replace_static(group, old, member_id), NONE, None
         member = group.members.get(member_id)
         if member is not None:  # a known member at epoch 0: only one that missed the answer to its join
             return self._check_epoch(member, req)
@@ -214,16 +259,16 @@ class ConsumerGroupCoordinator:
         log.info("group %s: member %s joined", group.group_id, member_id)
         return member, NONE, None
 
-    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+    def replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member that left with epoch -2 came back: the new id takes its epoch and partitions."""
-        _cancel(old.session_timer)
-        _cancel(old.revocation_timer)
+        _cancel_timers(old)
         assigned, revoking, target = old.assigned, old.revoking, group.target.get(old.member_id, {})
+        epoch = old.previous_epoch if old.member_epoch == STATIC_LEAVE_EPOCH else old.member_epoch
         group.remove(old.member_id)
         member = ConsumerMember(member_id, old.instance_id, old.rack_id, rebalance_timeout_ms=old.rebalance_timeout_ms,
                                 subscribed_names=old.subscribed_names, subscribed_regex=old.subscribed_regex,
                                 server_assignor=old.server_assignor, state=old.state,
-                                member_epoch=old.previous_epoch, previous_epoch=old.previous_epoch)
+                                member_epoch=epoch, previous_epoch=old.previous_epoch)
         group.add(member)
         group._set_owned(member, assigned, revoking)
         group.target[member_id] = target
@@ -231,7 +276,7 @@ class ConsumerGroupCoordinator:
 
     def _known_member(self, group: ConsumerGroup, req: HeartbeatRequest):
         member = group.members.get(req.member_id)
-        if member is None:
+        if member is None or member.classic is not None:
             return None, UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {group.group_id}."
         return self._check_epoch(member, req)
 
@@ -252,7 +297,7 @@ class ConsumerGroupCoordinator:
             f"Member epoch {req.member_epoch} is behind the coordinator's ({member.member_epoch}): "
             f"the member must give up its partitions and join again.")
 
-    def _update_member(self, group, member, req, client_id, client_host) -> None:
+    def update_member(self, group, member, req, client_id, client_host) -> None:
         member.client_id, member.client_host = client_id, client_host
         if req.rack_id is not None:
             member.rack_id = req.rack_id
@@ -301,7 +346,7 @@ class ConsumerGroupCoordinator:
             self._names_checked = now
             self.regexes.update(n for n in self.parent.topics if n not in INTERNAL_TOPICS)
 
-    def _maybe_new_target(self, group: ConsumerGroup) -> None:
+    def maybe_new_target(self, group: ConsumerGroup) -> None:
         """The group epoch moved past the target assignment: compute the next one."""
         if group.group_epoch == group.assignment_epoch:
             return
@@ -340,7 +385,7 @@ class ConsumerGroupCoordinator:
             if member is not None and member.member_id != req.member_id:
                 return HeartbeatResult(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
                                        f"{req.instance_id} is not the member that uses it.")
-        if member is None:
+        if member is None or member.classic is not None:
             return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:  # a static member steps out; its partitions wait for it
             if member.member_epoch != STATIC_LEAVE_EPOCH:
@@ -353,23 +398,28 @@ class ConsumerGroupCoordinator:
         """Fence or drop a member: its partitions are free at once and the group moves to a new epoch."""
         if group.members.get(member.member_id) is not member:
             return
-        _cancel(member.session_timer)
-        _cancel(member.revocation_timer)
+        if self._downgrade(group, member):
+            return
+        _cancel_timers(member)
         group.remove(member.member_id)
         group.bump_epoch()
         log.info("group %s: removing member %s (group epoch %d): %s", group.group_id, member.member_id,
                  group.group_epoch, reason)
         if group.members:
-            self._maybe_new_target(group)
+            self.maybe_new_target(group)
         else:
             group.assignment_epoch = group.group_epoch
             group.subscribed, group.regex_topics, group.regex_key = {}, {}, None
             group.empty_since_ms = now_ms()
 
-    def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+    def touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         _cancel(member.session_timer)
-        member.session_timer = asyncio.get_running_loop().call_later(
-            self.session_timeout_ms / 1000, self._expire, group, member, "session timeout expired")
+        timeout_ms = self.session_timeout_ms if member.classic is None else member.classic.session_timeout_ms
+        member.session_timer = self.call_later(timeout_ms / 1000, group, member, "session timeout expired")
+
+    def call_later(self, delay_s: float, group: ConsumerGroup, member: ConsumerMember, reason: str):
+        """A timer that fences ``member`` with ``reason`` unless cancelled."""
+        return asyncio.get_running_loop().call_later(delay_s, self._expire, group, member, reason)
 
     def _maybe_revocation_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """A member that starts revoking gets its rebalance timeout to let go (Kafka's revocation timeout)."""
@@ -377,8 +427,8 @@ class ConsumerGroupCoordinator:
             _cancel(member.revocation_timer)
             member.revocation_timer = None
         elif member.revocation_timer is None and member.rebalance_timeout_ms != -1:
-            member.revocation_timer = asyncio.get_running_loop().call_later(
-                max(0, member.rebalance_timeout_ms) / 1000, self._expire, group, member,
+            member.revocation_timer = self.call_later(
+                max(0, member.rebalance_timeout_ms) / 1000, group, member,
                 f"did not revoke its partitions within {member.rebalance_timeout_ms} ms")
 
     def _expire(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
@@ -397,6 +447,8 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # classic members commit as in a classic group, any version
+            return ILLEGAL_GENERATION if member_epoch != member.member_epoch else NONE
         if version is not None and version < FIRST_CONSUMER_COMMIT_VERSION:
             return UNSUPPORTED_VERSION
         return STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else NONE
@@ -417,16 +469,14 @@ class ConsumerGroupCoordinator:
             return UNKNOWN_MEMBER_ID
         return STALE_MEMBER_EPOCH if member_epoch != member.member_epoch else NONE
 
-    def refuses_classic(self, group_id: str) -> bool:
-        """A classic JoinGroup for ``group_id``: refused while a consumer group of that id has members;
-        an Empty consumer group is forgotten so the classic group can take its place (offsets stay)."""
+    def serves_classic(self, group_id: str) -> ConsumerGroup | None:
+        """A classic JoinGroup for ``group_id``: the consumer group with members that takes it; an
+        Empty consumer group is forgotten so a classic group can take its place (offsets stay)."""
         group = self.groups.get(group_id)
-        if group is None:
-            return False
-        if group.members:
-            return True
+        if group is None or group.members:
+            return group
         self.release(group_id)
-        return False
+        return None
 
     async def delete_group(self, group_id: str) -> int:
         group = self.groups[group_id]
@@ -453,6 +503,11 @@ class ConsumerGroupCoordinator:
     def topic_names(self) -> dict:
         """topic id -> name, for descriptions."""
         return {t.topic_id: name for name, t in self.parent.topics.items()}
+
+
+def _cancel_timers(member: ConsumerMember) -> None:
+    for handle in (member.session_timer, member.revocation_timer, member.rejoin_timer):
+        _cancel(handle)
 
 
 def _cancel(handle) -> None:

@@ -8,6 +8,8 @@ goes to its new member only once its previous owner released it (UNRELEASED_PART
 There is never a stop-the-world: members not involved in a move keep consuming.
 This module holds the state and its pure rules; timers and the request flow live in
 consumer_coordinator.py. Membership lives in memory (after a coordinator move, members rejoin).
+Members that speak the classic protocol (JoinGroup/SyncGroup/Heartbeat) carry ClassicProtocol:
+they are reconciled on their joins instead of on heartbeats (classic_members.py).
 """
 import time
 from dataclasses import dataclass, field
@@ -23,6 +25,17 @@ UNRELEASED_PARTITIONS = "unreleased_partitions"
 EMPTY, ASSIGNING, RECONCILING, GROUP_STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 GROUP_TYPE = "consumer"
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+
+
+@dataclass
+class ClassicProtocol:
+    """What a member that joined with JoinGroup told us: its session timeout and its protocols."""
+    session_timeout_ms: int
+    protocols: list  # (name, subscription bytes) in the member's order of preference
+
+    @property
+    def names(self) -> list:
+        return [name for name, _ in self.protocols]
 
 
 @dataclass
@@ -43,6 +56,8 @@ class ConsumerMember:
     revoking: Assignment = field(default_factory=dict)   # still owned, being revoked
     session_timer: object = None
     revocation_timer: object = None
+    classic: ClassicProtocol | None = None  # set for members using JoinGroup/SyncGroup/Heartbeat
+    rejoin_timer: object = None  # classic members: the rebalance timeout to rejoin or to sync
 
     def owns(self) -> Assignment:
         """Partitions this member still holds: assigned plus those being revoked."""
@@ -97,6 +112,17 @@ class ConsumerGroup:
         self._set_owned(member, {}, {})
         self.target.pop(member_id, None)
         return member
+
+    def classic_only_except(self, member_id: str) -> bool:
+        """Every member but ``member_id`` uses the classic protocol (and there is at least one)."""
+        others = [m for mid, m in self.members.items() if mid != member_id]
+        return bool(others) and all(m.classic is not None for m in others)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Some partition of ``member``'s target is still held by another member."""
+        target = self.target.get(member.member_id, {})
+        return any(self.owners.get((t, p), member.member_id) != member.member_id
+                   for t, ps in target.items() for p in ps - member.assigned.get(t, frozenset()))
 
     def subscriptions_by_member(self) -> dict[str, set]:
         """member id -> topic names it subscribes to (names and regex matches)."""

@@ -8,6 +8,8 @@ to the rebalance timeout. Members that miss a rebalance (dynamic ones) are dropp
 has one session timer, reset by each heartbeat/join/sync/commit; members parked in JoinGroup or
 SyncGroup are kept alive. Group membership lives in memory only: after a restart clients rejoin
 (their member ids come back UNKNOWN_MEMBER_ID); committed offsets are durable (offsets.py).
+JoinGroup/SyncGroup/Heartbeat/LeaveGroup for the id of a consumer group (KIP-848) are served by
+that group (classic_members.py); conversions between the kinds: group_migration.py.
 """
 import asyncio
 import logging
@@ -110,15 +112,15 @@ class GroupCoordinator:
             self._release(group)
         self.consumer.release_all()
 
-    def _release(self, group) -> None:
-        """Stop coordinating ``group`` here: timers stop, parked members hear NOT_COORDINATOR."""
+    def _release(self, group, error: int = NOT_COORDINATOR) -> None:
+        """Stop coordinating ``group`` here: timers stop, parked members hear ``error`` (clients look again)."""
         self._cancel(group.join_timer)
         for handle in group.pending.values():
             self._cancel(handle)
         for m in group.members.values():
             self._cancel(m.expiry)
-            self._answer_join(m, JoinResult(NOT_COORDINATOR, m.member_id))
-            self._answer_sync(m, SyncResult(NOT_COORDINATOR))
+            self._answer_join(m, JoinResult(error, m.member_id))
+            self._answer_sync(m, SyncResult(error))
 
     def partition_moved(self, index: int, is_leader: bool) -> None:
         """An offsets partition became led here (its groups start Empty) or moved away."""
@@ -159,9 +161,15 @@ class GroupCoordinator:
             return JoinResult(error, member_id)
         if not GROUP_MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= GROUP_MAX_SESSION_TIMEOUT_MS:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
-        if self.consumer.refuses_classic(group_id):  # a consumer group with members: not joinable as classic
-            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
         protocols = [(p.name, bytes(p.metadata)) for p in protocols]
+        consumer_group = self.consumer.serves_classic(group_id)
+        if consumer_group is not None:  # a consumer group with members takes classic members too
+            error, member_id, epoch, protocol = self.consumer.classic.join(
+                consumer_group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+            if error:
+                return JoinResult(error, member_id)
+            return JoinResult(NONE, member_id, epoch, protocol_type, protocol)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             if member_id != UNKNOWN_MEMBER:
@@ -328,6 +336,11 @@ class GroupCoordinator:
         error = self.check_available(group_id)
         if error:
             return SyncResult(error)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error, assignment = self.consumer.classic.sync(consumer_group, member_id, group_instance_id, generation,
+                                                           protocol_type, protocol)
+            return SyncResult(error, protocol_type, protocol, assignment)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return SyncResult(UNKNOWN_MEMBER_ID)
@@ -373,6 +386,9 @@ class GroupCoordinator:
         error = self.check_available(group_id)
         if error:
             return error
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.heartbeat(consumer_group, member_id, group_instance_id, generation)
         group = self.groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
@@ -391,6 +407,9 @@ class GroupCoordinator:
         error = self.check_available(group_id)
         if error:
             return error, [error] * len(identities)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return NONE, self.consumer.classic.leave(consumer_group, identities)
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return NONE, [UNKNOWN_MEMBER_ID] * len(identities)
@@ -608,6 +627,18 @@ class GroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is not None:
             self._release(group)
+
+    def retire_classic(self, group_id) -> None:
+        """A classic group with members became a consumer group: members parked in JoinGroup or
+        SyncGroup hear REBALANCE_IN_PROGRESS and join the consumer group."""
+        self._release(self.groups.pop(group_id), REBALANCE_IN_PROGRESS)
+
+    def adopt_classic(self, group: Group, reason: str) -> None:
+        """A consumer group turned back into this classic group: its members rejoin in a rebalance."""
+        self.groups[group.group_id] = group
+        for m in group.members.values():
+            self._heartbeat(group, m)
+        self._prepare_rebalance(group, reason)
 
     def describe(self, group_id) -> Group | None:
         return self.groups.get(group_id)
