@@ -36,6 +36,7 @@ QUIET = {"log_level": 3}  # librdkafka: errors only (reconnects after a kill are
 # Kafka error codes (error-codes.tsv)
 INVALID_REQUEST, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 42, 47, 48
 INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED = 49, 50, 90
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -54,6 +55,12 @@ def create_topics(bootstrap: str, *topics: tuple[str, int], replication: int = 1
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, n, replication) for t, n in topics]).values():
         future.result(DEADLINE)
+
+    def led():  # Kafka answers CreateTopics before its partitions have leaders
+        listed = admin.list_topics(timeout=DEADLINE).topics
+        return all(t in listed and len(listed[t].partitions) == n and
+                   all(p.leader >= 0 and not p.error for p in listed[t].partitions.values()) for t, n in topics)
+    assert wait_until(led, timeout=DEADLINE), "the new topics have no leaders"
 
 
 def txn_producer(bootstrap: str, txn_id: str, **extra) -> Producer:
@@ -503,7 +510,9 @@ def wire_errors(port: int, topic: str) -> dict:
         tid = unique("wire-fence")
         _, pid, epoch = w.init(tid)
         assert w.add(tid, pid, epoch, topic) == 0
-        assert w.produce(tid, pid, epoch, 0, topic, b"first") == 0
+        answers = []  # a new partition may still be without its leader (6): nothing was written, retry
+        assert wait_until(lambda: answers.append(w.produce(tid, pid, epoch, 0, topic, b"first")) or
+                          answers[-1] != NOT_LEADER_OR_FOLLOWER, timeout=DEADLINE) and answers[-1] == 0, answers
         code, pid2, epoch2 = w.init(tid)  # the second init aborts the open transaction and bumps the epoch
         assert code == 0 and pid2 == pid and epoch2 > epoch, (code, pid2, epoch2)
         got["add partitions with a fenced epoch"] = w.add(tid, pid, epoch, topic)
