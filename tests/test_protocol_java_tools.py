@@ -114,22 +114,28 @@ def test_kafka_topics_describe_on_a_cluster_shows_leaders_and_isr(tmp_path, zook
         assert rows == want, r.stdout
 
 
-def test_two_console_consumers_share_a_group(proxied, tmp_path):
-    """Two Java KIP-848 consumers in one group, the second joining after the first took every partition:
-    the partitions are shared and each record is printed by exactly one of them."""
+@pytest.mark.parametrize("second", ["consumer", "classic"])
+def test_two_console_consumers_share_a_group(proxied, tmp_path, second):
+    """Two Java consumers in one group, the first a KIP-848 one, the second (KIP-848, or classic:
+    JoinGroup/SyncGroup inside the consumer group) joining after the first took every partition: the
+    partitions are shared and each record is printed by exactly one of them."""
     b, _ = proxied
     topic, _ = create_topic(b.port, 4)
     group = f"java-pair-{uuid.uuid4().hex[:8]}"
     sent = produce(b, topic, 0, 200, 4)
     env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": str(tmp_path)}
-    args = [os.path.join(KAFKA_HOME, "bin", "kafka-console-consumer.sh"), "--bootstrap-server", b.bootstrap,
-            "--topic", topic, "--group", group, "--timeout-ms", "8000", "--property", "print.partition=true",
-            "--consumer-property", "group.protocol=consumer", "--consumer-property", "auto.offset.reset=earliest"]
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
+
+    def args(protocol):
+        return [os.path.join(KAFKA_HOME, "bin", "kafka-console-consumer.sh"), "--bootstrap-server", b.bootstrap,
+                "--topic", topic, "--group", group, "--timeout-ms", "8000", "--property", "print.partition=true",
+                "--consumer-property", f"group.protocol={protocol}",
+                "--consumer-property", "auto.offset.reset=earliest"]
+    procs = [subprocess.Popen(args("consumer"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
     try:
         with WireClient(b.port) as w:  # the second joins once the first is a member
             assert wait_until(lambda: len(describe(w, group).members) == 1, timeout=60)
-        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        procs.append(subprocess.Popen(args(second), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env))
         with WireClient(b.port) as w:  # both hold partitions before the next records are written
 
             def both_hold():
