@@ -229,3 +229,27 @@ def test_session_against_each_broker(target, tmp_path):
             assert session.by_id
     finally:
         b.close()
+
+
+def test_closing_our_consumer_ends_its_session(broker_factory):
+    """The broker holds the session while the consumer lives (its FetchSessionCache gauges say so) and
+    frees it when the consumer closes, without waiting for an eviction."""
+    from tests.cluster import free_ports
+    from tests.test_metrics import scrape, series
+    metrics_port, = free_ports(1)
+    b = broker_factory({"metrics.listener": f"http://127.0.0.1:{metrics_port}"})
+    with WireClient(b.port) as w:
+        w.create_topic("closing", partitions=4)
+        produce(w, "closing", 0)
+
+    def gauge(name):
+        return sum(series(scrape(metrics_port), f"kafka_server_fetchsessioncache_{name}").values())
+    deadline = time.monotonic() + DEADLINE
+    got = []
+    with Consumer(consumer_conf(b.port)) as c:
+        c.assign([("closing", i, 0) for i in range(4)])
+        assert poll_until(c, lambda: len(got) >= 1, deadline, got)
+        session = session_of(c)
+        assert poll_until(c, lambda: session.incremental, deadline, got)
+        assert (gauge("numincrementalfetchsessions"), gauge("numincrementalfetchpartitionscached")) == (1, 4)
+    assert (gauge("numincrementalfetchsessions"), gauge("numincrementalfetchpartitionscached")) == (0, 0)

@@ -9,7 +9,7 @@ idle partitions sends and receives a few bytes per fetch instead of a line per p
 When the session is lost the next Fetch is full again: FETCH_SESSION_ID_NOT_FOUND starts from
 no session (0, 0); any other failure (INVALID_FETCH_SESSION_EPOCH, a lost connection, a timeout,
 another top-level error) asks the broker to close the old session and open a new one (id, 0), as
-Kafka's consumer does. A partition whose topic id changed (the topic was deleted and recreated)
+Kafka's consumer does; a closing consumer ends its sessions with a last empty Fetch (id, -1). A partition whose topic id changed (the topic was deleted and recreated)
 is forgotten under its old id and added under the new one. A broker that answers a full Fetch
 without a session id (its cache is full) gets full Fetches until it grants one.
 """
@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
+FINAL_EPOCH = -1  # closes the session (sent when the consumer closes)
 _MAX_EPOCH = (1 << 31) - 1
 
 

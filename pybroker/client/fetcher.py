@@ -32,7 +32,7 @@ from pybroker import core
 from pybroker.client.cluster import backoff_s
 from pybroker.client.connection import BrokerConnection
 from pybroker.client.errors import (INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, error_for)
-from pybroker.client.fetch_session import FetchParams, FetchSession
+from pybroker.client.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchParams, FetchSession
 from pybroker.client.types import EARLIEST, LATEST, BrokerMetadata, RawChunk, TopicPartition
 from pybroker.errors import CorruptRecordError
 from pybroker.protocol import REQUESTS
@@ -41,6 +41,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 FETCH, LIST_OFFSETS = 1, 2
+SESSION_CLOSE_TIMEOUT_S = 1.0  # on close, beyond a fetch still parked on the same connection
 FETCH_RANGE = (4, 17)  # v7+ sessions, v12+ flexible with diverging epochs, v13+ topic ids
 FETCH_BY_NAME_MAX = 12  # the last version naming topics: used while some topic's id is unknown
 FIRST_DIVERGING_EPOCH_VERSION = 12
@@ -178,6 +179,7 @@ class Fetcher:
             t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        await self._close_sessions()
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             await conn.close()
@@ -676,6 +678,22 @@ class Fetcher:
                    forgotten_topics_data=[api.ForgottenTopic(topic=t, topic_id=i or NO_TOPIC_ID, partitions=ps)
                                           for (t, i), ps in forgotten.items()],
                    rack_id=self.rack)
+
+    async def _close_sessions(self) -> None:
+        """A last empty Fetch with epoch -1 to each broker holding a session of ours, so its cache slot
+        frees now (as Kafka's consumer closes); bounded, and a failure leaves it to the broker's eviction."""
+        api, waits = REQUESTS[FETCH], []
+        for node, session in self._sessions.items():
+            conn = self._conns.get(node)
+            if session.session_id == INVALID_SESSION_ID or conn is None or conn.closed:
+                continue
+            req = api(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=self.max_bytes, isolation_level=0,
+                      session_id=session.session_id, session_epoch=FINAL_EPOCH, topics=[], forgotten_topics_data=[],
+                      rack_id=self.rack)
+            version = conn.version(FETCH, FETCH_RANGE[0], FETCH_RANGE[1] if session.by_id else FETCH_BY_NAME_MAX)
+            waits.append(conn.request_future(req, version, SESSION_CLOSE_TIMEOUT_S + self.max_wait_ms / 1000.0))
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def _session(self, node: int) -> FetchSession:
         session = self._sessions.get(node)

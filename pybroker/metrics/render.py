@@ -98,6 +98,7 @@ def render(broker) -> str:
     if broker.replicas is not None:
         _replicas(out, broker, m)
         _logs(out, broker)
+    _fetch_sessions(out, broker)
     _cleaner(out, broker)
     _controller(out, broker)
     if broker.coordinator is not None:
@@ -140,6 +141,17 @@ def _requests(out, m) -> None:
         else:
             series = [({"request": name}, getattr(api, field)) for name, api in apis]
         out.histogram(f"kafka_network_requestmetrics_{mbean.lower()}", _TIME_HELP[mbean], series)
+
+
+def _fetch_sessions(out, broker) -> None:
+    """Kafka's FetchSessionCache MBeans (KIP-227)."""
+    cache = broker.fetch_sessions
+    out.family("kafka_server_fetchsessioncache_numincrementalfetchsessions", "gauge",
+               "Incremental fetch sessions held.", [({}, len(cache))])
+    out.family("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", "gauge",
+               "Partitions held by the incremental fetch sessions.", [({}, cache.total_partitions)])
+    out.family("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", "counter",
+               "Sessions evicted to make room for others.", [({}, cache.evictions)])
 
 
 def _replicas(out, broker, m) -> None:
