@@ -115,59 +115,66 @@ def _consume_until_assigned(c: Consumer, want: int) -> int:
     return got
 
 
-def test_describe_list_members_delete_with_a_live_group(broker):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_describe_list_members_delete_with_a_live_group(broker, protocol):
+    """The same tool answers for a classic group and a KIP-848 one (ConsumerGroupDescribe)."""
     require_apis(broker, TOOL_APIS + CONSUMER_APIS)
+    g1, orders = f"g1-{protocol}", f"orders-{protocol}"
     bs = ("--bootstrap-server", broker.bootstrap)
-    create_topic(broker.bootstrap, "orders", 2)
-    produce(broker.bootstrap, "orders", {0: 10, 1: 6})
+    create_topic(broker.bootstrap, orders, 2)
+    produce(broker.bootstrap, orders, {0: 10, 1: 6})
 
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g1", "client.id": "cli-test",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": g1, "client.id": "cli-test",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "group.protocol": protocol}
+    if protocol == "classic":
+        conf["session.timeout.ms"] = 10000
+    c = Consumer(conf)
     try:
-        c.subscribe(["orders"])
+        c.subscribe([orders])
         _consume_until_assigned(c, 2)
-        c.commit(offsets=[TopicPartition("orders", 0, 7), TopicPartition("orders", 1, 6)], asynchronous=False)
+        c.commit(offsets=[TopicPartition(orders, 0, 7), TopicPartition(orders, 1, 6)], asynchronous=False)
         member = c.memberid()
         assert member
 
-        assert "g1" in ok(*bs, "--list").split()
+        assert g1 in ok(*bs, "--list").split()
 
-        out = ok(*bs, "--describe", "--group", "g1")
+        out = ok(*bs, "--describe", "--group", g1)
         assert "no active members" not in out
         assert out.splitlines()[1].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
                                                "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
         rows = table(out)
-        assert [r[:6] for r in rows] == [["g1", "orders", "0", "7", "10", "3"], ["g1", "orders", "1", "6", "6", "0"]]
+        assert [r[:6] for r in rows] == [[g1, orders, "0", "7", "10", "3"], [g1, orders, "1", "6", "6", "0"]]
         for r in rows:
             assert r[6] == member and r[8] == "cli-test" and "127.0.0.1" in r[7]
 
         # the log grows: the log end and lag follow, the committed offset stays
-        produce(broker.bootstrap, "orders", {1: 4})
-        rows = table(ok(*bs, "--describe", "--group", "g1"))
-        assert rows[1][:6] == ["g1", "orders", "1", "6", "10", "4"]
+        produce(broker.bootstrap, orders, {1: 4})
+        rows = table(ok(*bs, "--describe", "--group", g1))
+        assert rows[1][:6] == [g1, orders, "1", "6", "10", "4"]
 
-        rows = table(ok(*bs, "--describe", "--group", "g1", "--members", "--verbose"))
+        rows = table(ok(*bs, "--describe", "--group", g1, "--members", "--verbose"))
         assert len(rows) == 1
-        assert rows[0][0] == "g1" and rows[0][1] == member and rows[0][3] == "cli-test"
-        assert rows[0][4:] == ["2", "orders(0,1)"]
+        assert rows[0][0] == g1 and rows[0][1] == member and rows[0][3] == "cli-test"
+        assert rows[0][4:] == ["2", f"{orders}(0,1)"]
 
-        rows = table(ok(*bs, "--describe", "--group", "g1", "--state"))
-        assert rows[0][0] == "g1" and rows[0][-2:] == ["Stable", "1"]
+        rows = table(ok(*bs, "--describe", "--group", g1, "--state"))
+        assert rows[0][0] == g1 and rows[0][-3:] == [
+            "uniform" if protocol == "consumer" else "range", "Stable", "1"]  # the server's or the client's assignor
 
-        err = fails(*bs, "--delete", "--group", "g1")
-        assert "NON_EMPTY_GROUP (68)" in err and "'g1'" in err
+        err = fails(*bs, "--delete", "--group", g1)
+        assert "NON_EMPTY_GROUP (68)" in err and f"'{g1}'" in err
     finally:
         c.close()  # leaves the group: it becomes Empty but keeps its offsets
 
-    out = ok(*bs, "--describe", "--group", "g1")
-    assert "Consumer group 'g1' has no active members." in out
-    assert table(out) == [["g1", "orders", "0", "7", "10", "3", "-", "-", "-"],
-                          ["g1", "orders", "1", "6", "10", "4", "-", "-", "-"]]
+    out = ok(*bs, "--describe", "--group", g1)
+    assert f"Consumer group '{g1}' has no active members." in out
+    assert table(out) == [[g1, orders, "0", "7", "10", "3", "-", "-", "-"],
+                          [g1, orders, "1", "6", "10", "4", "-", "-", "-"]]
 
-    assert ok(*bs, "--delete", "--group", "g1") == "Deletion of requested consumer groups ('g1') was successful.\n"
-    assert "g1" not in ok(*bs, "--list").split()
-    err = fails(*bs, "--describe", "--group", "g1")
-    assert "'g1' does not exist" in err
+    assert ok(*bs, "--delete", "--group", g1) == f"Deletion of requested consumer groups ('{g1}') was successful.\n"
+    assert g1 not in ok(*bs, "--list").split()
+    err = fails(*bs, "--describe", "--group", g1)
+    assert f"'{g1}' does not exist" in err
 
 
 def test_offsets_only_group_and_unknown_groups(broker):

@@ -3,15 +3,17 @@
 Group requests go to the group's coordinator (FindCoordinator; any broker when the broker has no
 FindCoordinator). --describe joins three answers as Kafka's tool does: the committed offsets
 (OffsetFetch), each partition's log end (ListOffsets latest) and the members with their
-assignments (DescribeGroups, consumer-protocol assignment bytes).
+assignments (ConsumerGroupDescribe for a KIP-848 group, else DescribeGroups with its
+consumer-protocol assignment bytes).
 """
 import struct
 import time
+from dataclasses import dataclass
 
 from pybroker.protocol import DecodeError, REQUESTS
 from pybroker.protocol.errors import ErrorCode
 from pybroker.protocol.messages import DATA
-from pybroker.tools.wire import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS,
+from pybroker.tools.wire import (CONSUMER_GROUP_DESCRIBE, DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS,
                                  LIST_OFFSETS, OFFSET_FETCH, Client, Connection, KafkaError,
                                  ToolError, check)
 
@@ -147,7 +149,27 @@ def decode_assignment(data) -> dict[str, list[int]]:
     return out
 
 
-def _describe_group(g: _Groups, group: str):
+@dataclass
+class _Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    assigned: dict  # topic -> [partitions]
+
+
+@dataclass
+class _Group:
+    state: str
+    assignor: str  # the classic protocol, or the consumer group's server assignor
+    members: list
+
+
+def _describe_group(g: _Groups, group: str) -> _Group:
+    conn, _ = g.coordinator(group)
+    if CONSUMER_GROUP_DESCRIBE in conn.broker_versions:  # a KIP-848 group first, as Kafka's tool
+        found = _describe_consumer_group(g, group)
+        if found is not None:
+            return found
     api = REQUESTS[DESCRIBE_GROUPS]
     resp = g.call(group, DESCRIBE_GROUPS, lambda v: api(groups=[group]),
                   lambda r: r.groups[0].error_code if r.groups else 0)
@@ -159,7 +181,23 @@ def _describe_group(g: _Groups, group: str):
     check(desc.error_code, None, f"cannot describe group {group!r}")
     if desc.protocol_type not in CONSUMER_PROTOCOLS:
         raise ToolError(f"group {group!r} is not a consumer group (protocol type {desc.protocol_type!r})")
-    return desc
+    return _Group(desc.group_state, desc.protocol_data or "", [
+        _Member(m.member_id, m.client_id, m.client_host, decode_assignment(m.member_assignment)) for m in desc.members])
+
+
+def _describe_consumer_group(g: _Groups, group: str) -> _Group | None:
+    """The group as ConsumerGroupDescribe has it; None when it is not a consumer group (a classic one)."""
+    api = REQUESTS[CONSUMER_GROUP_DESCRIBE]
+    resp = g.call(group, CONSUMER_GROUP_DESCRIBE, lambda v: api(group_ids=[group], include_authorized_operations=False),
+                  lambda r: r.groups[0].error_code if r.groups else 0)
+    desc = next((d for d in resp.groups if d.group_id == group), None)
+    if desc is None or desc.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return None
+    check(desc.error_code, None, f"cannot describe group {group!r}")
+    return _Group(desc.group_state, desc.assignor_name or "", [
+        _Member(m.member_id, m.client_id, m.client_host,
+                {t.topic_name: list(t.partitions) for t in m.assignment.topic_partitions if t.partitions})
+        for m in desc.members])
 
 
 def _committed(g: _Groups, group: str, assigned: dict[str, list[int]]) -> dict[tuple[str, int], int]:
@@ -231,8 +269,8 @@ def _dash(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _print_state_notes(group: str, desc) -> None:
-    if desc.group_state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
+def _print_state_notes(group: str, desc: _Group) -> None:
+    if desc.state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         print(f"\nWarning: Consumer group '{group}' is rebalancing.")
     elif not desc.members:
         print(f"\nConsumer group '{group}' has no active members.")
@@ -247,11 +285,10 @@ def describe(client: Client, groups: list[str], args) -> int:
             coordinator = f"{conn.address} ({node})" if node >= 0 else conn.address
             print()
             for line in _table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                               [[group, coordinator, desc.protocol_data or "", desc.group_state,
-                                 len(desc.members)]]):
+                               [[group, coordinator, desc.assignor, desc.state, len(desc.members)]]):
                 print(line)
             continue
-        assignments = [(m, decode_assignment(m.member_assignment)) for m in desc.members]
+        assignments = [(m, m.assigned) for m in desc.members]
         if args.members:
             _print_state_notes(group, desc)
             header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
