@@ -120,6 +120,15 @@ def poll_until(consumer, predicate, deadline, got):
     return predicate()
 
 
+def incremental_session(consumer, topic, partitions, deadline, got):
+    """Assign ``partitions`` of ``topic``, read the first record, wait until the session is incremental."""
+    consumer.assign([(topic, i, 0) for i in range(partitions)])
+    assert poll_until(consumer, lambda: len(got) >= 1, deadline, got)
+    session = session_of(consumer)
+    assert poll_until(consumer, lambda: session.incremental, deadline, got)
+    return session
+
+
 def session_of(consumer):
     sessions = consumer._async._fetcher._sessions
     assert len(sessions) == 1
@@ -163,10 +172,7 @@ def test_refused_session_falls_back_to_a_full_fetch(proxied):
     deadline = time.monotonic() + DEADLINE
     got = []
     with Consumer(consumer_conf(proxy.port)) as c:
-        c.assign([("few", i, 0) for i in range(4)])
-        assert poll_until(c, lambda: len(got) >= 1, deadline, got)
-        session = session_of(c)
-        assert poll_until(c, lambda: session.incremental, deadline, got)
+        session = incremental_session(c, "few", 4, deadline, got)
         session.epoch += 1000  # the broker expects another epoch: INVALID_FETCH_SESSION_EPOCH (71)
         with WireClient(b.port) as w:
             produce(w, "few", 3)
@@ -247,9 +253,6 @@ def test_closing_our_consumer_ends_its_session(broker_factory):
     deadline = time.monotonic() + DEADLINE
     got = []
     with Consumer(consumer_conf(b.port)) as c:
-        c.assign([("closing", i, 0) for i in range(4)])
-        assert poll_until(c, lambda: len(got) >= 1, deadline, got)
-        session = session_of(c)
-        assert poll_until(c, lambda: session.incremental, deadline, got)
+        incremental_session(c, "closing", 4, deadline, got)
         assert (gauge("numincrementalfetchsessions"), gauge("numincrementalfetchpartitionscached")) == (1, 4)
     assert (gauge("numincrementalfetchsessions"), gauge("numincrementalfetchpartitionscached")) == (0, 0)
