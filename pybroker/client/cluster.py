@@ -164,6 +164,12 @@ class Cluster:
                 raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
         return await self._connect((b.host, b.port), node_id)
 
+    def open_connection(self, node_id: int) -> BrokerConnection | None:
+        """The connection to broker ``node_id`` if one is open already (never connects)."""
+        b = self.brokers.get(node_id)
+        conn = self._conns.get((b.host, b.port)) if b is not None else None
+        return conn if conn is not None and not conn.closed else None
+
     async def any_connection(self) -> BrokerConnection:
         """An open connection to some broker: the least busy open one, else the first of the
         known brokers and bootstrap servers that accepts."""

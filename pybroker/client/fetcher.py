@@ -41,7 +41,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 FETCH, LIST_OFFSETS = 1, 2
-SESSION_CLOSE_TIMEOUT_S = 1.0  # on close, beyond a fetch still parked on the same connection
+SESSION_CLOSE_TIMEOUT_S = 1.0  # the most a closing consumer waits for its sessions to be closed
 FETCH_RANGE = (4, 17)  # v7+ sessions, v12+ flexible with diverging epochs, v13+ topic ids
 FETCH_BY_NAME_MAX = 12  # the last version naming topics: used while some topic's id is unknown
 FIRST_DIVERGING_EPOCH_VERSION = 12
@@ -681,17 +681,19 @@ class Fetcher:
 
     async def _close_sessions(self) -> None:
         """A last empty Fetch with epoch -1 to each broker holding a session of ours, so its cache slot
-        frees now (as Kafka's consumer closes); bounded, and a failure leaves it to the broker's eviction."""
+        frees now (as Kafka's consumer closes). It goes over the client's other connection to that
+        broker when one is open (the fetch connection may hold a long poll the close would wait
+        behind); bounded, and otherwise the session is left to the broker's eviction."""
         api, waits = REQUESTS[FETCH], []
         for node, session in self._sessions.items():
-            conn = self._conns.get(node)
-            if session.session_id == INVALID_SESSION_ID or conn is None or conn.closed:
+            conn = self.cluster.open_connection(node)
+            if session.session_id == INVALID_SESSION_ID or conn is None:
                 continue
             req = api(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=self.max_bytes, isolation_level=0,
                       session_id=session.session_id, session_epoch=FINAL_EPOCH, topics=[], forgotten_topics_data=[],
                       rack_id=self.rack)
             version = conn.version(FETCH, FETCH_RANGE[0], FETCH_RANGE[1] if session.by_id else FETCH_BY_NAME_MAX)
-            waits.append(conn.request_future(req, version, SESSION_CLOSE_TIMEOUT_S + self.max_wait_ms / 1000.0))
+            waits.append(conn.request_future(req, version, SESSION_CLOSE_TIMEOUT_S))
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
 
