@@ -164,7 +164,7 @@ SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.c
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
 # keys that may also be set for one listener as listener.name.<listener, lower case>.<key>
-LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")}
+LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")} | {"max.connections"}
 
 
 class ConfigError(ValueError):
@@ -252,6 +252,7 @@ class BrokerConfig:
     max_connections: int = INT_MAX  # broker-wide (the inter-broker listener is exempt, as in Kafka)
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    listener_max_connections: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # by name
     authorizer_class_name: str = ""  # ACL authorization (pybroker/security/authorizer.py); empty: off
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
@@ -367,6 +368,7 @@ class BrokerConfig:
         listeners, advertised, protocols = _listeners(raw)
         values.update(listeners=listeners, advertised_listeners=advertised, listener_protocols=protocols)
         values["max_connections_per_ip_overrides"] = _per_ip_overrides(raw, values)
+        values["listener_max_connections"] = _listener_max_connections(raw, listeners)
         _check_tls(raw, listeners, protocols)
         if raw.get("inter.broker.listener.name") and raw.get("security.inter.broker.protocol"):
             raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
@@ -553,6 +555,20 @@ def _per_ip_overrides(raw: Mapping[str, str], values: dict) -> Mapping[str, int]
     if values.get("max_connections_per_ip") == 0 and not out:
         raise ConfigError("max.connections.per.ip=0 needs max.connections.per.ip.overrides (the hosts that may "
                           "connect)", "max.connections.per.ip")
+    return MappingProxyType(out)
+
+
+def _listener_max_connections(raw: Mapping[str, str], listeners) -> Mapping[str, int]:
+    """listener.name.<listener>.max.connections: a limit for one listener (upper-case name -> count)."""
+    names = {lst.name for lst in listeners}
+    out = {}
+    for key, value in raw.items():
+        if _listener_key_suffix(key) != "max.connections":
+            continue
+        name = key.split(".", 3)[2].upper()
+        if name not in names:
+            raise ConfigError(f"{key}: no listener named {name} ({', '.join(sorted(names))})", key)
+        out[name] = parse_int(key, value, 0, INT_MAX)
     return MappingProxyType(out)
 
 

@@ -450,6 +450,28 @@ def test_config_accepts_ssl_listener_and_kafka_only_keys(pki):
     assert "ssl.keymanager.algorithm" in cfg.ignored
 
 
+def test_max_connections_of_one_listener(tmp_path_factory, pki):
+    """listener.name.<l>.max.connections limits that listener only; the others keep accepting."""
+    b = start_tls_broker(tmp_path_factory, "limits-listener", pki, {"listener.name.plaintext.max.connections": "2"})
+    socks = []
+    try:
+        socks = open_count(b.ports["PLAINTEXT"], 2)
+        assert all(serves(s) for s in socks)
+        third = socket.create_connection(("127.0.0.1", b.ports["PLAINTEXT"]), timeout=10)
+        socks.append(third)
+        assert closed_by_peer(third)
+        ctx = client_context(cafile=pki["ca"])
+        assert tls_connect(b, "EXTERNAL", ctx) > 0  # another listener: not counted against it
+        assert "listener.name.plaintext.max.connections: 2" in b.log()
+        socks.pop().close()
+        socks.pop(0).close()
+        assert wait_until(lambda: serves(_fresh(b.ports["PLAINTEXT"], socks)), 10)  # a slot is free again
+    finally:
+        for s in socks:
+            s.close()
+        finish_broker(b.proc)
+
+
 def test_config_custom_listener_names_through_the_map(pki):
     cfg = BrokerConfig.from_properties({
         "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0,CLIENTS://127.0.0.1:0",
@@ -478,6 +500,8 @@ def test_config_custom_listener_names_through_the_map(pki):
     ({"ssl_bogus_key": "1"}, ["ssl.bogus.key"]),
     ({"max_connections_per_ip": "0"}, ["max.connections.per.ip", "overrides"]),
     ({"max_connections_per_ip_overrides": "nohostcount"}, ["max.connections.per.ip.overrides"]),
+    ({"listener_name_nope_max_connections": "2"}, ["listener.name.nope.max.connections", "no listener named NOPE"]),
+    ({"listener_name_ssl_max_connections": "-1"}, ["listener.name.ssl.max.connections"]),
 ])
 def test_config_errors_name_the_key(pki, props, words):
     msg = str(config_error(pki, **props))

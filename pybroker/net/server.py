@@ -230,7 +230,7 @@ class Server:
                 return
             ip = addr[0] if isinstance(addr, tuple) else str(addr)
             if self.limits is not None:
-                refused = self.limits.refusal(ip, self._limits_exempt)
+                refused = self.limits.refusal(ip, self._limits_exempt, self.listener_name)
                 if refused is not None:
                     log.info("closing a new connection from %s: %s", ip, refused)
                     sock.close()
@@ -245,7 +245,7 @@ class Server:
                 log.info("dropping a new connection: %s", exc)
                 sock.close()
                 if self.limits is not None:
-                    self.limits.release(ip)
+                    self.limits.release(ip, self.listener_name)
                 continue
             if self.limits is not None:
                 self._limited_ips[conn.id] = ip
@@ -262,7 +262,7 @@ class Server:
         if self.connections.pop(conn.id, None) is not None:
             self.stats.open_connections -= 1
             if self.limits is not None:
-                self.limits.release(self._limited_ips.pop(conn.id))
+                self.limits.release(self._limited_ips.pop(conn.id), self.listener_name)
         if not self.connections and self._all_closed is not None and not self._all_closed.done():
             self._all_closed.set_result(None)
 
