@@ -19,6 +19,7 @@ def serve(args) -> int:
         print(f"pybroker: invalid configuration: {exc}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
+    _dump_stacks_on_sigusr1()
     if config.ignored:
         logging.getLogger("pybroker.config").info("ignored config keys with no meaning here: %s",
                                                    ", ".join(config.ignored))
@@ -44,6 +45,14 @@ def serve(args) -> int:
         print(f"pybroker: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's Python stack to stderr (what jstack is to Kafka):
+    for a broker that seems stuck. The broker keeps running."""
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
 
 def _stop_on_stdin_eof() -> None:

@@ -4,9 +4,28 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT = 60
+RUNNING: "weakref.WeakSet[BrokerProcess]" = weakref.WeakSet()  # started here, for dump_running_stacks
+
+
+def dump_running_stacks(tail_lines: int = 120) -> list[tuple[str, str]]:
+    """Ask every broker process still running to print its threads' stacks into its stderr file
+    (``pybroker serve`` dumps them on SIGUSR1): called when a test fails, before its teardown.
+    Returns (stderr file, its last ``tail_lines`` lines) per broker asked."""
+    asked = []
+    for b in list(RUNNING):
+        if b.proc is not None and b.proc.poll() is None:
+            try:
+                os.kill(b.proc.pid, signal.SIGUSR1)
+                asked.append(b)
+            except ProcessLookupError:
+                pass
+    if asked:
+        time.sleep(0.3)  # the dump is written by the broker's signal handler, asynchronously to us
+    return [(b.stderr_path, "\n".join(b.stderr().splitlines()[-tail_lines:])) for b in asked]
 
 
 class BrokerProcess:
@@ -35,6 +54,7 @@ class BrokerProcess:
             args += ["--override", f"{key}={value}"]
         self._stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        RUNNING.add(self)
         deadline = time.monotonic() + START_TIMEOUT
         line = self.proc.stdout.readline()  # the one ready line: "... listening on PLAINTEXT://host:port"
         if "listening on" not in line or time.monotonic() > deadline:

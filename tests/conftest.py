@@ -1,6 +1,16 @@
 import pytest
 
-from tests.broker import BrokerProcess
+from tests.broker import BrokerProcess, dump_running_stacks
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test shows the stacks and last log lines of its still-running brokers."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for path, tail in dump_running_stacks():
+            report.sections.append((f"broker {path}", tail))
 
 
 @pytest.fixture
