@@ -231,6 +231,11 @@ class Broker:
         except asyncio.TimeoutError:
             log.warning("no metadata from the controller after %d s; serving anyway", FIRST_METADATA_S)
 
+    @property
+    def registered(self) -> bool:
+        """Our ZooKeeper registration is recorded (broker_epoch is the current one)."""
+        return self._registered
+
     async def _register_in_zk(self) -> None:
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, self.node_id, list(self.advertised),
                                                     self.config.zookeeper_session_timeout_ms / 1000 + 5)

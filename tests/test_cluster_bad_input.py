@@ -6,9 +6,10 @@ requests from something that is not the controller, and data requests to the wro
   (38); a manual assignment naming an unknown broker answers INVALID_REPLICA_ASSIGNMENT (39).
 * LeaderAndIsr / UpdateMetadata / StopReplica carrying a broker epoch that is not the receiving
   broker's current registration answer STALE_BROKER_EPOCH (77) and change nothing; a single-node
-  broker (no cluster) answers 77 to each. (pybroker compares the epoch for equality; Kafka refuses
-  only epochs older than the current one and skips the check for -1. Both skip it for the versions
-  that carry no broker epoch: tests/test_interbroker_versions.py.)
+  broker (no cluster) answers 77 to each. (A registered pybroker compares the epoch for equality;
+  Kafka refuses only epochs older than the current one and skips the check for -1. While a broker is
+  recording its registration both take a newer epoch: the controller may have seen it first. Both
+  skip the check for the versions that carry no broker epoch: tests/test_interbroker_versions.py.)
 * A replica fetch from a broker id that is not a replica, and Produce / Fetch / ListOffsets sent to
   a follower, answer NOT_LEADER_OR_FOLLOWER (6). (Kafka 2.4+ serves a v11+ consumer Fetch from a
   follower for KIP-392 follower fetching; pybroker never does, which clients accept.)

@@ -13,7 +13,10 @@ def refusal(ctx, request, broker_epoch_since: int) -> int:
     if broker.zk is None:
         return STALE_BROKER_EPOCH  # no cluster at all: no controller may speak to this broker
     if ctx.version >= broker_epoch_since and request.broker_epoch != broker.broker_epoch:
-        return STALE_BROKER_EPOCH  # not for this incarnation of this broker
+        # while our registration is being recorded the controller may already have seen it and
+        # write to the new epoch (as Kafka, a newer epoch is ours then); otherwise another incarnation's
+        if broker.registered or request.broker_epoch < broker.broker_epoch:
+            return STALE_BROKER_EPOCH
     if request.controller_epoch < broker.replicas.controller_epoch:
         return STALE_CONTROLLER_EPOCH
     return 0
