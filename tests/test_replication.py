@@ -204,7 +204,9 @@ def test_fast_leader_changes(cluster):
     """FAST_ROUNDS leader changes in quick succession (kill -9 and restart without waiting for
     the ISR to refill)."""
     topic = create_topic(cluster, "fast-changes")
-    producer = LoggedProducer(cluster.bootstrap, topic).start()
+    # each round kills the new leader before the restarted broker is back in the ISR, so writes wait
+    # below min.insync.replicas for most of the rounds: a record may need the whole test to get through
+    producer = LoggedProducer(cluster.bootstrap, topic, **{"message.timeout.ms": 600000}).start()
     try:
         producer.wait_acked(100)
         for _ in range(FAST_ROUNDS):
