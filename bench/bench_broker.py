@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -138,7 +137,8 @@ def main() -> None:
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     who = "C client on librdkafka" if exe else "confluent-kafka (Python)"
     print(f"pybroker broker benchmark: medians of {args.runs} runs (throughput client: {who}, own process)")
-    for key, label in (("produce_1k", "produce 1 KiB records, acks=1"), ("produce_100b", "produce 100 B records, acks=1"),
+    for key, label in (("produce_1k", "produce 1 KiB records, acks=1"),
+                       ("produce_100b", "produce 100 B records, acks=1"),
                        ("consume_1k", "consume 1 KiB records (page cache)")):
         print(f"  {label:40s} {med[key]:8.0f} MB/s   target {TARGETS[key]} MB/s   ({med[key] / TARGETS[key]:.2f}x)")
     print(f"  {'100 B records/s':40s} {med['produce_100b_records_s']:8.0f}")

@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 from pybroker.client import Consumer, fetcher  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
 from tests.kafka_wire import WireClient  # noqa: E402
-from tests.test_fetch_sessions import CountingProxy, produce  # noqa: E402
+from tests.broker.test_fetch_sessions import CountingProxy, produce  # noqa: E402
 
 MODES = {"session": 17, "sessionless": 6}
 DEADLINE = 120

@@ -408,7 +408,8 @@ def load_parts(exe, args, bootstrap: str, topic: str, rf: int, conf: dict, topic
     out.update(produce_throughput(exe, bootstrap, topic, count, conf))
     if idempotent_conf:
         create_topic(bootstrap, topic + "-idem", rf, topic_configs)
-        out["idempotent_mb_s"] = produce_throughput(exe, bootstrap, topic + "-idem", count, idempotent_conf)["produce_mb_s"]
+        idem = produce_throughput(exe, bootstrap, topic + "-idem", count, idempotent_conf)
+        out["idempotent_mb_s"] = idem["produce_mb_s"]
     lat_topic = topic + "-lat"
     create_topic(bootstrap, lat_topic, rf, topic_configs)
     out.update(produce_latency(exe, bootstrap, lat_topic, args.latency_seconds, conf))
@@ -572,7 +573,8 @@ def medians(runs: list) -> dict:
     med = {}
     for setup, _ in SETUPS:
         med[setup] = {}
-        for key in ("produce_mb_s", "idempotent_mb_s", "latency_p50_ms", "latency_p99_ms", "latency_rate_mb_s", "failover_s",
+        for key in ("produce_mb_s", "idempotent_mb_s", "latency_p50_ms", "latency_p99_ms", "latency_rate_mb_s",
+                    "failover_s",
                     "peak_broker_rss_mb"):
             vals = [r[setup][key] for r in runs if isinstance(r.get(setup, {}).get(key), (int, float))]
             if vals:
@@ -631,7 +633,8 @@ def report(med: dict, runs: list, args, kafka_note: str | None, client: str) -> 
     pr = GUEST_MEMORY.get("page_reporting") or {}
     if pr.get("min_free_ms") is not None:
         notes.append(f"free page reporting to the VM host: {pr}; freed memory held in the guest for the run: "
-                     f"{GUEST_MEMORY.get('held_gb', 0)} GB" + (f" ({GUEST_MEMORY['error']})" if GUEST_MEMORY.get("error") else ""))
+                     f"{GUEST_MEMORY.get('held_gb', 0)} GB"
+                     + (f" ({GUEST_MEMORY['error']})" if GUEST_MEMORY.get("error") else ""))
     if PYBROKER_EXTRA:
         notes.append(f"pybroker settings: {PYBROKER_EXTRA}")
     if kafka_note:

@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 from pybroker.protocol.messages import REQUESTS  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
 from tests.kafka_wire import WireClient  # noqa: E402
-from tests.test_consumer_group_protocol import wait_for_coordinator  # noqa: E402
+from tests.broker.test_consumer_group_protocol import wait_for_coordinator  # noqa: E402
 
 HB, DESCRIBE, JOIN, SYNC, HEARTBEAT = REQUESTS[68], REQUESTS[69], REQUESTS[11], REQUESTS[14], REQUESTS[12]
 SETTLE_ROUNDS = 50  # bound on heartbeat rounds while a group settles
@@ -51,7 +51,8 @@ MODES = {"consumer": {"group.protocol": "consumer"},
 
 
 def heartbeat(w, group, member, epoch, topics=None, owned=None, rebalance_ms=-1):
-    parts = None if owned is None else [HB.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in owned.items()]
+    parts = None if owned is None else [HB.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                                        for t, ps in owned.items()]
     return w.request(HB(group_id=group, member_id=member, member_epoch=epoch, rebalance_timeout_ms=rebalance_ms,
                         subscribed_topic_names=topics, topic_partitions=parts), 1)
 

@@ -113,7 +113,8 @@ def run_mode(b, partitions, fetches, busy, mode, batch, version, topic_id):
             resp += c
         cpu = cpu_s(b.proc.pid) - cpu0
     # the few produce requests between fetches count in the broker's CPU alike in both modes
-    return {"request_bytes": req / fetches, "response_bytes": resp / fetches, "broker_cpu_us": cpu / fetches * 1e6, "rtt_us": statistics.median(rtt) * 1e6}
+    return {"request_bytes": req / fetches, "response_bytes": resp / fetches, "broker_cpu_us": cpu / fetches * 1e6,
+            "rtt_us": statistics.median(rtt) * 1e6}
 
 
 def main():

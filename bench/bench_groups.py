@@ -24,12 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pybroker.protocol import decode_response  # noqa: E402
+from pybroker.protocol.errors import MEMBER_ID_REQUIRED  # noqa: E402
 from pybroker.protocol.messages import REQUESTS  # noqa: E402
 from tests.broker import BrokerProcess  # noqa: E402
 from tests.kafka_wire import WireClient  # noqa: E402
 
 JoinGroup, SyncGroup, OffsetCommit = REQUESTS[11], REQUESTS[14], REQUESTS[8]
-MEMBER_ID_REQUIRED = 79
 JOIN_TIMEOUT = 30
 
 
@@ -58,7 +58,8 @@ def one_rebalance(port: int, group: str) -> float:
             try:
                 joined = join(clients[i], group, ids[i])
                 assert joined.error_code == 0, joined.error_code
-                plan = ([SyncGroup.SyncGroupRequestAssignment(member_id=m.member_id, assignment=b"a-" + m.member_id.encode())
+                plan = ([SyncGroup.SyncGroupRequestAssignment(member_id=m.member_id,
+                                                              assignment=b"a-" + m.member_id.encode())
                          for m in joined.members] if joined.leader == joined.member_id else [])
                 synced = sync(clients[i], group, joined, plan)
                 assert synced.error_code == 0 and synced.assignment == b"a-" + ids[i].encode()

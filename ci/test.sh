@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install pybroker with its test dependencies on this machine, then run the whole test suite:
-# once on the native core, once more for the storage, broker smoke and client tests on the pure-Python twins.
+# every tier on the native core, each with the parallel workers that suit it, then the unit tier with
+# the broker smoke and client tests once more on the pure-Python twins.
+# With arguments, only those are run, as pytest arguments: ``bash ci/test.sh tests/unit -n 2``.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,33 @@ fi
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e ".[test]"
 
-python3 -m pytest -q "$@"
-PYBROKER_IMPL=pure python3 -m pytest -q tests/test_log.py tests/test_log_state_machine.py \
-    tests/test_recovery.py tests/test_manager.py tests/test_broker_smoke.py \
-    tests/test_client_producer.py tests/test_client_consumer.py
+bash ci/lint.sh  # ruff, the import contracts, no import circles, fresh generated codecs
+
+if [ "$#" -gt 0 ]; then
+    exec python3 -m pytest -q "$@"
+fi
+
+failed=()
+tier() {  # tier NAME PYTEST-ARGS...: run one tier, note it if it fails, go on with the next
+    local name=$1 start=$SECONDS
+    shift
+    echo "=== $name: pytest $*"
+    python3 -m pytest -q "$@" || failed+=("$name")
+    echo "=== $name: $((SECONDS - start)) s"
+}
+# unit: in-process and CPU-bound, one worker per core
+tier unit -n 2 tests/unit
+# broker: each test waits on broker processes most of the time, so more workers than cores;
+# --dist loadgroup keeps the tests of a module-scoped broker (or Kafka) on one worker
+tier broker -n 4 --dist loadgroup tests/broker
+# cluster and interop in one run: ZooKeeper (a JVM per worker) and three or four brokers per cluster
+# test; the Spark tests share one session on one worker, the other workers meanwhile take cluster tests
+tier cluster+interop -n 4 --dist loadgroup tests/cluster tests/interop
+# the pure-Python twins: the unit tier, the broker smoke and the client tests once more
+PYBROKER_IMPL=pure tier pure -n 2 --dist loadgroup tests/unit tests/broker/test_broker_smoke.py \
+    tests/broker/test_client_producer.py tests/broker/test_client_consumer.py
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "failed tiers: ${failed[*]}"
+    exit 1
+fi

@@ -1,6 +1,6 @@
 """pybroker: a Kafka-compatible message broker with a native storage core."""
 
-__version__ = "0.1.0"
+from pybroker.version import __version__  # noqa: F401  (pybroker.__version__)
 
 
 def __getattr__(name):  # lazy: ``pybroker serve`` imports this package and must stay quick to start

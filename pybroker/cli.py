@@ -5,7 +5,8 @@ import mmap
 import os
 import sys
 
-from pybroker import __version__, core
+from pybroker import core
+from pybroker.version import __version__
 
 def serve(args) -> int:
     from pybroker.broker import Broker
@@ -32,7 +33,7 @@ def serve(args) -> int:
             _stop_on_stdin_eof()
         if args.ready_file:
             from pybroker.ready import ready_info, write_ready_file
-            write_ready_file(args.ready_file, ready_info(broker))
+            write_ready_file(args.ready_file, ready_info(broker.servers))
         print(f"pybroker {__version__} listening on {listener.name}://{listener.host}:{broker.port}", flush=True)
         await broker.run_until_signalled()
         if args.ready_file:  # a clean exit only: after a crash the stale file names a dead pid
@@ -84,7 +85,7 @@ def dump_log(args) -> int:
             elif path.endswith((".index", ".timeindex")):
                 dump_index(path)
             else:
-                print(f"  unknown file type (expected .log, .index or .timeindex)")
+                print("  unknown file type (expected .log, .index or .timeindex)")
                 status = 1
         except OSError as exc:
             print(f"  cannot read: {exc}")

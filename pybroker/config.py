@@ -4,10 +4,9 @@ Sources, later ones win: built-in defaults < the properties file < ``PYBROKER_CF
 environment variables (``PYBROKER_CFG_LOG_DIRS=/data`` is ``log.dirs=/data``: prefix dropped,
 lower-cased, ``_`` becomes ``.``) < ``--override key=value``.
 
-The file is read as a Java Properties file: ``key=value``, ``key: value`` or ``key value``;
-``#``/``!`` comment lines; a line ending in an odd number of backslashes continues on the next one
-(whose leading whitespace is dropped); ``\\t \\n \\r \\f \\uXXXX`` escapes. Unlike Java, trailing
-whitespace of a value is trimmed as well (Kafka trims nearly every value it parses).
+The file is read as a Java Properties file (pybroker/properties.py, which also holds ``ConfigError``
+and the typed value parsers). Each feature checks its own keys (TLS: security/tls.py, SASL:
+security/sasl/settings.py, topic defaults: log/config.py); this module only composes them.
 
 Listeners: ``NAME://host:port``, comma-separated; each name maps to a security protocol (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL) through ``listener.security.protocol.map`` (default: each protocol's name to
@@ -32,12 +31,13 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from pybroker.log.config import BROKER_NAMES, LONG_MAX, LogConfig
+from pybroker.log.config import BROKER_NAMES, LogConfig
+from pybroker.properties import INT_MAX, LONG_MAX, ConfigError, parse_bool, parse_float, parse_int, parse_properties
 from pybroker.security.sasl import settings as sasl_settings
+from pybroker.security.tls import SSL_KEYS, listener_tls
 
 log = logging.getLogger(__name__)
 
-INT_MAX = 2**31 - 1
 ENV_PREFIX = "PYBROKER_CFG_"
 DEFAULT_HOST = "127.0.0.1"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -65,11 +65,6 @@ IGNORED = {
     "ssl.allow.san.changes": "certificates are not reloaded while running",
     "log.cleaner.io.buffer.size": "the log cleaner maps segments instead of reading them through a buffer",
 }
-# ssl.* keys read by pybroker/security/tls.py (also valid as listener.name.<name>.ssl.*)
-SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.key",
-            "ssl.keystore.certificate.chain", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
-            "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol",
-            "ssl.cipher.suites", "ssl.principal.mapping.rules")
 
 # key -> (field, minimum, maximum) for plain integer keys of BrokerConfig
 _INTS = {
@@ -158,21 +153,15 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
-            "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name", "super.users",
+            "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name",
+            "super.users",
             "group.consumer.assignors", "group.consumer.migration.policy")
-SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"} | frozenset(_LOG_INTS) | frozenset(_STRINGS)
+SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"}
+             | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
 # keys that may also be set for one listener as listener.name.<listener, lower case>.<key>
 LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")} | {"max.connections"}
-
-
-class ConfigError(ValueError):
-    """A bad configuration; the message names the key, the bad value and what is allowed."""
-
-    def __init__(self, message: str, key: str | None = None):
-        super().__init__(message)
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -203,7 +192,7 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     connections_max_idle_ms: int = 600000
     log_retention_check_interval_ms: int = 300000
-    log_writeback_bytes: int = 8 << 20  # pybroker's own: start disk writes every N new bytes of a log (0: the OS decides)
+    log_writeback_bytes: int = 8 << 20  # pybroker's own: disk writes start every N new bytes of a log (0: OS decides)
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     group_initial_rebalance_delay_ms: int = 3000
@@ -374,7 +363,8 @@ class BrokerConfig:
             raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol "
                               "should be set.", "security.inter.broker.protocol")
         # as Kafka: security.inter.broker.protocol names the listener called like the protocol
-        key = "inter.broker.listener.name" if raw.get("inter.broker.listener.name") else "security.inter.broker.protocol"
+        key = ("inter.broker.listener.name" if raw.get("inter.broker.listener.name")
+               else "security.inter.broker.protocol")
         if raw.get(key):
             name = raw[key].strip().upper()
             if name not in {a.name for a in advertised}:
@@ -437,34 +427,6 @@ class BrokerConfig:
 
 
 _BROKER_LOG_NAMES = {f.name: BROKER_NAMES[f.name] for f in fields(LogConfig) if f.name in BROKER_NAMES}  # field -> key
-
-
-def parse_int(key: str, value: str, lo: int, hi: int) -> int:
-    text = value.strip()
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ConfigError(f"{key}={value!r}: expected an integer", key)
-    n = int(text)
-    if not lo <= n <= hi:
-        allowed = f"at least {lo}" if n < lo and hi in (INT_MAX, LONG_MAX) else f"between {lo} and {hi}"
-        raise ConfigError(f"{key}={value!r}: must be {allowed}", key)
-    return n
-
-
-def parse_float(key: str, value: str, lo: float, hi: float) -> float:
-    try:
-        x = float(value.strip())
-    except ValueError:
-        raise ConfigError(f"{key}={value!r}: expected a number", key) from None
-    if not lo <= x <= hi or x != x:
-        raise ConfigError(f"{key}={value!r}: must be between {lo} and {hi}", key)
-    return x
-
-
-def parse_bool(key: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(f"{key}={value!r}: expected true or false", key)
-    return text == "true"
 
 
 def check_cluster_id(value: str, key: str = "cluster.id") -> str:
@@ -574,7 +536,6 @@ def _listener_max_connections(raw: Mapping[str, str], listeners) -> Mapping[str,
 
 def _check_tls(raw: Mapping[str, str], listeners, protocols: Mapping[str, str]) -> None:
     """Build each TLS listener's context once now: bad files or passwords fail the start, naming the key."""
-    from pybroker.security.tls import listener_tls
     for lst in listeners:
         listener_tls(raw, lst.name, protocols[lst.name])
 
@@ -727,71 +688,3 @@ def _log_config(raw: Mapping[str, str]) -> LogConfig:
         raise ConfigError(f"invalid log settings: {exc}") from None
 
 
-def parse_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
-    """(key, value, line number) for each entry of a Java Properties text, in order."""
-    lines = re.split(r"\r\n|\r|\n", text)
-    out = []
-    i = 0
-    while i < len(lines):
-        lineno = i + 1
-        line = lines[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue  # a comment ending in a backslash does not continue
-        while _continues(line):
-            line = line[:-1]
-            if i >= len(lines):
-                break
-            line += lines[i].lstrip(" \t\f")
-            i += 1
-        key, value = _split_entry(line)
-        try:
-            out.append((_unescape(key), _unescape(value), lineno))
-        except ValueError as exc:
-            raise ConfigError(f"{source}:{lineno}: {exc}") from None
-    return out
-
-
-def _continues(line: str) -> bool:
-    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    """Split at the first unescaped '=', ':' or whitespace; the value keeps its escapes."""
-    i, n = 0, len(line)
-    while i < n and line[i] not in "=: \t\f":
-        i += 2 if line[i] == "\\" else 1
-    key = line[:min(i, n)]
-    rest = line[min(i, n):].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    value = rest.rstrip(" \t\f")
-    if _continues(value) and len(value) < len(rest):
-        value = rest[:len(value) + 1]  # an escaped trailing space stays
-    return key, value
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\" or i + 1 >= len(text):
-            out.append(c)
-            i += 1
-            continue
-        c = text[i + 1]
-        if c == "u":
-            digits = text[i + 2:i + 6]
-            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
-                raise ValueError(f"malformed \\uxxxx escape in {text!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-        else:
-            out.append(_ESCAPES.get(c, c))
-            i += 2
-    return "".join(out)

@@ -46,7 +46,6 @@ import tempfile
 import threading
 import time
 
-import pybroker
 from pybroker.ready import read_ready_file, remove_ready_file
 
 START_TIMEOUT = 60.0
@@ -154,7 +153,7 @@ class EmbeddedBroker:
             remove_ready_file(self.ready_file)  # a killed broker cannot remove it
         elif self._loop is not None:
             try:
-                asyncio.run_coroutine_threadsafe(_abandon(self._broker), self._loop).result(STOP_TIMEOUT)
+                asyncio.run_coroutine_threadsafe(self._broker.abandon(), self._loop).result(STOP_TIMEOUT)
             finally:
                 self._end_loop()
 
@@ -222,7 +221,7 @@ class EmbeddedBroker:
             args += ["--override", f"{key}={value}"]
         env = dict(os.environ)
         # the child runs this very pybroker, installed or not
-        root = os.path.dirname(os.path.dirname(os.path.abspath(pybroker.__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the directory holding pybroker/
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as out:
             self._log_start = out.tell()
@@ -284,7 +283,7 @@ class EmbeddedBroker:
             if not future.done():
                 future.cancel()
             try:  # a half-started broker may hold the log-dir locks: let go, or a retry finds them locked
-                asyncio.run_coroutine_threadsafe(_abandon(broker), loop).result(STOP_TIMEOUT)
+                asyncio.run_coroutine_threadsafe(broker.abandon(), loop).result(STOP_TIMEOUT)
             except Exception:
                 pass
             self._end_loop()
@@ -320,23 +319,6 @@ def _run_loop(loop) -> None:
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-async def _abandon(broker) -> None:
-    """In-process ``kill``: stop serving and let go of the files, writing nothing."""
-    for server in broker.servers:
-        await server.stop(0.0)
-    manager = broker.log_manager
-    if manager is None:
-        return
-    if manager.flusher is not None:
-        manager.flusher.stop()
-    for lg in list(manager.logs.values()):
-        lg.close()  # no flush, no checkpoints, no clean-shutdown marker: the next start recovers
-    for lock in manager._locks:  # the log-dir flocks, or the next start would find the dirs locked
-        lock.close()
-    manager._locks.clear()
-    broker.log_manager = None
 
 
 def wait_for_leaders(admin, topic: str, timeout: float) -> None:

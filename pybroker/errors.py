@@ -1,14 +1,20 @@
-"""Typed errors of the storage layer, each carrying the Kafka error code a broker would answer with."""
+"""Typed errors shared across the layers, each carrying the Kafka error code a broker would answer with.
+
+A leaf module (it imports only the generated error table): the record codecs and the log raise the
+storage errors, the metadata stores and the services above them the topic-metadata errors, and the
+clients catch a codec's ``CorruptRecordError``.
+"""
+from pybroker.protocol import errors as codes
 
 
 class BrokerError(Exception):
     """Base of pybroker's errors; ``code`` is the Kafka protocol error code."""
-    code = -1  # UNKNOWN_SERVER_ERROR
+    code = codes.UNKNOWN_SERVER_ERROR
 
 
 class CorruptRecordError(BrokerError):
     """A record batch failed validation (CRC, length, magic, counts...)."""
-    code = 2  # CORRUPT_MESSAGE
+    code = codes.CORRUPT_MESSAGE
 
     def __init__(self, reason: str, offset: int = -1, position: int = -1):
         self.reason = reason
@@ -24,7 +30,7 @@ class CorruptRecordError(BrokerError):
 
 class InvalidRecordError(CorruptRecordError):
     """A well-formed batch that a producer may not send (e.g. a control batch)."""
-    code = 87  # INVALID_RECORD
+    code = codes.INVALID_RECORD
 
 
 class KeylessRecordError(InvalidRecordError):
@@ -37,11 +43,11 @@ class KeylessRecordError(InvalidRecordError):
 
 
 class RecordTooLargeError(BrokerError):
-    code = 10  # MESSAGE_TOO_LARGE
+    code = codes.MESSAGE_TOO_LARGE
 
 
 class OffsetOutOfRangeError(BrokerError):
-    code = 1  # OFFSET_OUT_OF_RANGE
+    code = codes.OFFSET_OUT_OF_RANGE
 
     def __init__(self, offset: int, log_start_offset: int, log_end_offset: int):
         self.offset = offset
@@ -54,29 +60,76 @@ class OffsetOutOfRangeError(BrokerError):
 
 class CorruptIndexError(BrokerError):
     """An index file is inconsistent with itself or its segment; it gets rebuilt."""
-    code = -1
+    code = codes.UNKNOWN_SERVER_ERROR
 
 
 class IndexFullError(BrokerError):
-    code = -1
+    code = codes.UNKNOWN_SERVER_ERROR
 
 
 class LogDirError(BrokerError):
     """A log directory is missing, unwritable or otherwise unusable."""
-    code = 56  # KAFKA_STORAGE_ERROR
+    code = codes.KAFKA_STORAGE_ERROR
 
 
 class RecordListTooLargeError(BrokerError):
     """A batch larger than a whole segment can never be appended."""
-    code = 18  # RECORD_LIST_TOO_LARGE
-
+    code = codes.RECORD_LIST_TOO_LARGE
 
 
 class InconsistentTopicIdError(BrokerError):
     """A partition directory belongs to another incarnation of its topic (another topic id)."""
-    code = 103  # INCONSISTENT_TOPIC_ID
+    code = codes.INCONSISTENT_TOPIC_ID
 
 
 class PartitionMetadataError(BrokerError):
     """A partition directory's partition.metadata cannot be read, parsed or written."""
-    code = 56  # KAFKA_STORAGE_ERROR
+    code = codes.KAFKA_STORAGE_ERROR
+
+
+# topic metadata: raised by the metadata stores, answered by the APIs, caught by the coordinators
+
+class MetadataError(BrokerError):
+    """Base of the metadata store's errors; ``code`` is the Kafka error code."""
+    code = codes.UNKNOWN_SERVER_ERROR
+
+    def __str__(self) -> str:  # KeyError subclasses would otherwise print repr(message)
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(MetadataError, KeyError):
+    code = codes.TOPIC_ALREADY_EXISTS
+
+
+class UnknownTopicError(MetadataError, KeyError):
+    code = codes.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidTopicError(MetadataError, ValueError):
+    code = codes.INVALID_TOPIC_EXCEPTION
+
+
+class InvalidPartitionsError(MetadataError, ValueError):
+    code = codes.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(MetadataError, ValueError):
+    code = codes.INVALID_REPLICATION_FACTOR
+
+
+class InvalidConfigError(MetadataError, ValueError):
+    code = codes.INVALID_CONFIG
+
+
+class InconsistentClusterIdError(MetadataError):
+    """meta.properties names another cluster (Kafka's InconsistentClusterIdException)."""
+    code = codes.INCONSISTENT_CLUSTER_ID
+
+
+class InconsistentNodeIdError(MetadataError):
+    """meta.properties names another node (Kafka's InconsistentBrokerIdException)."""
+
+
+class MetadataCorruptError(MetadataError):
+    """meta.properties or the topic table cannot be read; needs an operator, not a guess."""
+    code = codes.KAFKA_STORAGE_ERROR

@@ -13,12 +13,13 @@ Kept free of heavy imports: it is on the ``serve`` path.
 import json
 import os
 
-from pybroker import __version__
+from pybroker.version import __version__
 
 
-def ready_info(broker) -> dict:
+def ready_info(servers) -> dict:
+    """The file's content for the broker's bound listeners (each with listener_name, host, port)."""
     return {"pid": os.getpid(), "version": __version__,
-            "listeners": {s.listener_name: f"{s.host}:{s.port}" for s in broker.servers}}
+            "listeners": {s.listener_name: f"{s.host}:{s.port}" for s in servers}}
 
 
 def write_ready_file(path: str, info: dict) -> None:

@@ -1,4 +1,4 @@
-"""A stateful quixstreams application, run as its own process by tests/test_quixstreams.py.
+"""A stateful quixstreams application, run as its own process by tests/interop/test_quixstreams.py.
 
 usage: python tests/quix_app.py BOOTSTRAP GROUP INPUT OUTPUT STATE_DIR WINDOW_MS BATCH_BYTES
 

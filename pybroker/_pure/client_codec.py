@@ -242,7 +242,8 @@ class BatchBuilder:
             raise ValueError("bad row range")
         has_keys = key_offsets is not None
         values = _ArrowColumn(value_validity, value_offsets, value_data, offsets_64bit, array_offset, stop)
-        keys = _ArrowColumn(key_validity, key_offsets, key_data, offsets_64bit, array_offset, stop) if has_keys else None
+        keys = _ArrowColumn(key_validity, key_offsets, key_data, offsets_64bit,
+                            array_offset, stop) if has_keys else None
         i = start
         while i < stop:
             k = keys.get(i) if has_keys else None

@@ -44,3 +44,4 @@ from pybroker.api import offset_delete  # noqa: E402  (OffsetDelete: pybroker/co
 
 MODULES += (offset_delete,)
 TABLE = {m.API_KEY: m for m in MODULES}
+api_versions.TABLE.update(TABLE)  # ApiVersions answers from this table without importing it

@@ -9,6 +9,9 @@ TOPIC_AUTHORIZATION_FAILED, and then every other partition of that id OPERATION_
 otherwise the coordinator's one answer goes to every partition (PRODUCER_FENCED as
 INVALID_PRODUCER_EPOCH below v2).
 """
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, OPERATION_NOT_ATTEMPTED,
+                                      PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
+                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -16,14 +19,11 @@ API_KEY = 24
 MIN_VERSION = 0
 MAX_VERSION = 5
 
-UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 3, 29, 31
-INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 47, 53, 55, 90
-
 Response = RESPONSES[API_KEY]
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if ctx.version < 4:
         errors = await _one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                             request.v3_and_below_producer_epoch, request.v3_and_below_topics, verify_only=False)
@@ -40,8 +40,8 @@ async def handle(ctx, request):
 
 
 async def _one(ctx, tid, producer_id, epoch, topics, verify_only: bool) -> dict:
-    broker = ctx.broker
-    authz = broker.authorizer
+    services = ctx.services
+    authz = services.authorizer
     partitions = [(t.name, p) for t in topics for p in t.partitions]
     if authz is not None and ctx.version < 4 and not authz.allowed(ctx, A.WRITE, A.TRANSACTIONAL_ID, tid):
         return {tp: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions}
@@ -50,11 +50,11 @@ async def _one(ctx, tid, producer_id, epoch, topics, verify_only: bool) -> dict:
         if authz is not None and not authz.allowed(ctx, A.WRITE, A.TOPIC, t):
             refused.update({tp: TOPIC_AUTHORIZATION_FAILED for tp in partitions if tp[0] == t})
     for tp in partitions:
-        if tp not in refused and broker.metadata.partition(*tp) is None:
+        if tp not in refused and services.metadata.partition(*tp) is None:
             refused[tp] = UNKNOWN_TOPIC_OR_PARTITION
     if refused:
         return {tp: refused.get(tp, OPERATION_NOT_ATTEMPTED) for tp in partitions}
-    coordinator = broker.transactions
+    coordinator = services.transactions
     if verify_only:
         return coordinator.verify_local(tid, producer_id, epoch, partitions)
     error = await coordinator.add_partitions(tid, producer_id, epoch, partitions)

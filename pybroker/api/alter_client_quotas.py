@@ -4,8 +4,9 @@ a bad entity is INVALID_REQUEST, a bad key or value INVALID_CONFIG; the valid on
 durably together (pybroker/quota/store.py) and applied by every broker.
 """
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 from pybroker.quota import entities as ent
 
 API_KEY = 49
@@ -49,7 +50,7 @@ async def handle(ctx, request):
                     for e in entry.entity]))
     if valid:
         try:
-            await ctx.broker.quota_store.alter(valid, request.validate_only)
+            await ctx.services.backend.quota_store.alter(valid, request.validate_only)
         except BrokerError as exc:
             for r in results:
                 if r.error_code == 0:

@@ -7,16 +7,13 @@ UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_REPLICA_ASSIGNMENT (39) for an empty lis
 dead brokers, NO_REASSIGNMENT_IN_PROGRESS (85) when cancelling nothing, INVALID_REQUEST (42) for
 a partition named twice in one request.
 """
-from pybroker.controller.reassignment_plan import (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS,
-                                                   UNKNOWN_TOPIC_OR_PARTITION, check_target)
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, NOT_CONTROLLER
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 45
 MIN_VERSION = 0
 MAX_VERSION = 0
-
-NOT_CONTROLLER, INVALID_REQUEST = 41, 42
 
 Response = RESPONSES[API_KEY]
 
@@ -30,15 +27,9 @@ async def handle(ctx, request):
                 duplicates.add(key)
             changes[key] = p.replicas
     wanted = {k: v for k, v in changes.items() if k not in duplicates}
-    controller = ctx.broker.zk_controller
     if cluster_denied(ctx, 7):  # ALTER
         return _response(CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter the cluster", {})
-    if controller is None:  # a single node: the only placement is where everything already is
-        results = {k: _single_node(ctx.broker, k, v) for k, v in wanted.items()}
-        return _response(0, None, {**results, **{k: _named_twice(k) for k in duplicates}})
-    if not controller.active:
-        return _response(NOT_CONTROLLER, "this broker is not the controller", {})
-    results = await controller.alter_reassignments(wanted)
+    results = await ctx.control.alter_reassignments(wanted)
     if results == NOT_CONTROLLER:
         return _response(NOT_CONTROLLER, "this broker is not the controller", {})
     for key in duplicates:
@@ -48,15 +39,6 @@ async def handle(ctx, request):
 
 def _named_twice(key) -> tuple:
     return INVALID_REQUEST, f"partition {key[0]}-{key[1]} is named more than once"
-
-
-def _single_node(broker, key, target) -> tuple:
-    if broker.metadata.partition(*key) is None:
-        return UNKNOWN_TOPIC_OR_PARTITION, f"no partition {key[1]} of topic {key[0]!r}"
-    if target is None:
-        return NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {key[0]}-{key[1]} is in progress"
-    problem = check_target(tuple(target), {broker.node_id})
-    return (INVALID_REPLICA_ASSIGNMENT, problem) if problem else (0, None)
 
 
 def _response(error: int, message, results: dict):

@@ -9,16 +9,16 @@ UNACCEPTABLE_CREDENTIAL, the same user and mechanism twice DUPLICATE_RESOURCE (9
 credential that does not exist RESOURCE_NOT_FOUND (91). Needs ALTER on the cluster when
 authorization is on.
 """
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, DUPLICATE_RESOURCE, RESOURCE_NOT_FOUND,
+                                      UNACCEPTABLE_CREDENTIAL, UNKNOWN_SERVER_ERROR, UNSUPPORTED_SASL_MECHANISM)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 from pybroker.security.sasl.scram import BY_TYPE, MAX_ITERATIONS, credential_from_salted
 
 API_KEY = 51
 MIN_VERSION = 0
 MAX_VERSION = 0
-UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND, DUPLICATE_RESOURCE, UNACCEPTABLE_CREDENTIAL = 33, 91, 92, 93
-UNKNOWN_SERVER_ERROR = -1
 
 Response = RESPONSES[API_KEY]
 Result = Response.AlterUserScramCredentialsResult
@@ -55,7 +55,7 @@ async def handle(ctx, request):
         if pairs.count((name, mechanism)) > 1:
             errors.setdefault(name, (DUPLICATE_RESOURCE,
                                      "A user credential cannot be altered twice in the same request"))
-    store = ctx.broker.scram_credentials
+    store = ctx.services.backend.credentials
     for op, upsert in ops:
         if not upsert and op.name not in errors and store.get(op.name, BY_TYPE[op.mechanism].name) is None:
             errors[op.name] = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")

@@ -4,20 +4,19 @@ whose lowest version is 0, as older clients cannot read them; v4 lists them all.
 import re
 
 from pybroker.api import features
+from pybroker.protocol.errors import INVALID_REQUEST, UNSUPPORTED_VERSION
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")  # Kafka's client software name/version rule
 
 Response = RESPONSES[API_KEY]
+TABLE: dict = {}  # API key -> handler module: the registration table, filled in by pybroker/api/__init__.py
 
 
 def supported_ranges():
-    from pybroker.api import TABLE  # the table imports this module
     return [Response.ApiVersion(api_key=key, min_version=api.MIN_VERSION, max_version=api.MAX_VERSION)
             for key, api in sorted(TABLE.items())]
 
@@ -28,7 +27,6 @@ def handle(ctx, request):
     if not (_SOFTWARE.fullmatch(request.client_software_name or "")
             and _SOFTWARE.fullmatch(request.client_software_version or "")):
         return Response(error_code=INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
-    from pybroker.api import TABLE
     supported = [Response.SupportedFeatureKey(name=name, min_version=low, max_version=high)
                  for name, (low, high) in sorted(features.supported(TABLE).items()) if ctx.version >= 4 or low > 0]
     finalized = [Response.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)

@@ -2,6 +2,7 @@
 and target assignments. One entry per asked group: an unknown id answers GROUP_ID_NOT_FOUND, a
 classic group of that id GROUP_ID_NOT_FOUND too ("not a consumer group"), as Kafka does.
 """
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED, GROUP_ID_NOT_FOUND
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -9,7 +10,6 @@ API_KEY = 69
 MIN_VERSION = 0
 MAX_VERSION = 0
 
-GROUP_AUTHORIZATION_FAILED, GROUP_ID_NOT_FOUND, INVALID_GROUP_ID = 30, 69, 24
 NOT_REQUESTED = -2147483648
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
 
@@ -17,8 +17,8 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    coordinator = ctx.broker.coordinator
-    authz = ctx.broker.authorizer
+    coordinator = ctx.coordinator
+    authz = ctx.authorizer
     groups = []
     for group_id in request.group_ids:
         if authz is not None and not authz.allowed(ctx, A.DESCRIBE, A.GROUP, group_id):

@@ -5,6 +5,7 @@ use) carries the client's own member id and may subscribe by regex. The flow and
 pybroker/coordinator/consumer_coordinator.py.
 """
 from pybroker.coordinator.consumer_coordinator import HeartbeatRequest
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -13,13 +14,11 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 FIRST_REGEX_VERSION = 1
 
-GROUP_AUTHORIZATION_FAILED = 30
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
         return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED)
     owned = None
@@ -32,7 +31,7 @@ def handle(ctx, request):
         request.rebalance_timeout_ms, request.subscribed_topic_names,
         request.subscribed_topic_regex if ctx.version >= FIRST_REGEX_VERSION else None,
         request.server_assignor, owned)
-    r = ctx.broker.coordinator.consumer.heartbeat(req, ctx.version, ctx.header.client_id or "",
+    r = ctx.coordinator.consumer.heartbeat(req, ctx.version, ctx.header.client_id or "",
                                                   "/" + str(ctx.connection.peer[0]))
     assignment = None
     if r.assignment is not None:

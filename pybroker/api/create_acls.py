@@ -1,9 +1,10 @@
 """CreateAcls: add ACL bindings (ALTER on the cluster); each creation succeeds or fails on its own."""
 import logging
 
+from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import UNKNOWN_SERVER_ERROR, binding_from, cluster_refusal, describe, parse_each
+from pybroker.security.acl_wire import binding_from, cluster_refusal, describe, parse_each
 
 API_KEY = 30
 MIN_VERSION = 0
@@ -20,7 +21,7 @@ async def handle(ctx, request):
     valid, errors = parse_each(request.creations, lambda c: binding_from(c, ctx.version))
     if valid:
         try:
-            await ctx.broker.acl_store.create(valid)
+            await ctx.services.backend.acl_store.create(valid)
             log.info("ACLs created by %s: %s", ctx.session.principal, describe(valid))
         except Exception as exc:
             log.exception("creating ACLs failed")

@@ -1,6 +1,6 @@
 """CreatePartitions: grow a topic's partition count (validate-only too)."""
-from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -13,7 +13,7 @@ Response = RESPONSES[API_KEY]
 
 async def handle(ctx, request):
     results = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     names = [t.name for t in request.topics]
     for topic in request.topics:
         error, message = 0, None
@@ -24,8 +24,7 @@ async def handle(ctx, request):
                 raise TopicAuthorizationFailed(f"not authorized to alter topic {topic.name!r}")
             if topic.assignments:
                 raise AssignmentNotSupported("manual replica assignment is not supported")
-            await settle(ctx.broker.controller.create_partitions(topic.name, topic.count,
-                                                                 validate_only=request.validate_only))
+            await ctx.control.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
         except BrokerError as exc:
             error, message = exc.code, str(exc)
         results.append(Response.CreatePartitionsTopicResult(name=topic.name, error_code=error,
@@ -34,12 +33,12 @@ async def handle(ctx, request):
 
 
 class TopicAuthorizationFailed(BrokerError):
-    code = 29  # TOPIC_AUTHORIZATION_FAILED
+    code = TOPIC_AUTHORIZATION_FAILED
 
 
 class DuplicateTopic(BrokerError):
-    code = 42  # INVALID_REQUEST
+    code = INVALID_REQUEST
 
 
 class AssignmentNotSupported(BrokerError):
-    code = 39  # INVALID_REPLICA_ASSIGNMENT
+    code = INVALID_REPLICA_ASSIGNMENT

@@ -5,9 +5,9 @@ topic config with its source, when the caller may DESCRIBE_CONFIGS the topic (el
 topic_config_error_code says TOPIC_AUTHORIZATION_FAILED); v7 adds the new topic's id. A failed
 creation answers none of it. A topic named twice in one request is an INVALID_REQUEST.
 """
-from pybroker.asyncutil import settle
-from pybroker.controller.controller import describe_topic_configs
+from pybroker.controller.topic_rules import describe_topic_configs
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -15,7 +15,6 @@ API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 
-TOPIC_AUTHORIZATION_FAILED = 29
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # config sources
 
 Response = RESPONSES[API_KEY]
@@ -23,7 +22,7 @@ Response = RESPONSES[API_KEY]
 
 async def handle(ctx, request):
     results = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     cluster_create = authz is None or authz.allowed_quietly(ctx, A.CREATE, A.CLUSTER, A.CLUSTER_NAME)
     counts = {}
     for topic in request.topics:
@@ -41,9 +40,9 @@ async def handle(ctx, request):
                 if topic.num_partitions != -1 or topic.replication_factor != -1:
                     raise InvalidRequest("with a replica assignment, partitions and replication factor must be -1")
                 kwargs["assignment"] = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
-            record = await settle(ctx.broker.controller.create_topic(
+            record = await ctx.control.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor, configs,
-                validate_only=request.validate_only, **kwargs))
+                validate_only=request.validate_only, **kwargs)
             if ctx.version >= 5:
                 _describe(ctx, authz, result, topic, configs, record)
         except BrokerError as exc:
@@ -60,7 +59,7 @@ def _describe(ctx, authz, result, topic, configs: dict, record) -> None:
         result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
         return
     if record is None:  # validate-only: what creation would have made
-        config = ctx.broker.config
+        config = ctx.config
         if topic.assignments:
             partitions, rf = len(topic.assignments), len(topic.assignments[0].broker_ids)
         else:
@@ -73,7 +72,7 @@ def _describe(ctx, authz, result, topic, configs: dict, record) -> None:
     result.configs = [Response.CreatableTopicConfigs(
         name=name, value=value, read_only=False, is_sensitive=False,
         config_source=DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG)
-        for name, value, overridden in describe_topic_configs(record, ctx.broker.config.log)]
+        for name, value, overridden in describe_topic_configs(record, ctx.config.log)]
 
 
 class _Proposed:
@@ -85,8 +84,8 @@ class _Proposed:
 
 
 class TopicAuthorizationFailed(BrokerError):
-    code = 29  # TOPIC_AUTHORIZATION_FAILED
+    code = TOPIC_AUTHORIZATION_FAILED
 
 
 class InvalidRequest(BrokerError):
-    code = 42  # INVALID_REQUEST
+    code = INVALID_REQUEST

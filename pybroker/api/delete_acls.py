@@ -1,9 +1,10 @@
 """DeleteAcls: remove every ACL each filter matches (ALTER on the cluster) and list what went."""
 import logging
 
+from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import UNKNOWN_SERVER_ERROR, cluster_refusal, describe, filter_from, parse_each
+from pybroker.security.acl_wire import cluster_refusal, describe, filter_from, parse_each
 
 API_KEY = 31
 MIN_VERSION = 0
@@ -21,7 +22,7 @@ async def handle(ctx, request):
     removed = iter([])
     if filters:
         try:
-            removed = iter(await ctx.broker.acl_store.delete(filters))
+            removed = iter(await ctx.services.backend.acl_store.delete(filters))
         except Exception as exc:
             log.exception("deleting ACLs failed")
             errors = [e or (UNKNOWN_SERVER_ERROR, f"deleting the ACLs failed: {exc}") for e in errors]

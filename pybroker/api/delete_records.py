@@ -1,4 +1,5 @@
 """DeleteRecords: move partitions' log start offsets forward (offset -1: to the high watermark)."""
+from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -6,20 +7,18 @@ API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 2
 
-TOPIC_AUTHORIZATION_FAILED = 29
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
     topics = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     for topic in request.topics:
         parts = []
         denied = authz is not None and not authz.allowed(ctx, A.DELETE, A.TOPIC, topic.name)
         for p in topic.partitions:
             error, low = (TOPIC_AUTHORIZATION_FAILED, -1) if denied else \
-                ctx.broker.replicas.delete_records(topic.name, p.partition_index, p.offset)
+                ctx.replicas.delete_records(topic.name, p.partition_index, p.offset)
             parts.append(Response.DeleteRecordsPartitionResult(partition_index=p.partition_index,
                                                                low_watermark=low, error_code=error))
         topics.append(Response.DeleteRecordsTopicResult(name=topic.name, partitions=parts))

@@ -7,9 +7,9 @@ name. Answers carry the topic id when known (v6) and an error message (v5+).
 import uuid
 
 from pybroker.api.error_response import error_response
-from pybroker.asyncutil import settle
-from pybroker.controller.metadata_store import uuid_to_base64
+from pybroker.ids import uuid_to_base64
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -17,10 +17,6 @@ API_KEY = 20
 MIN_VERSION = 1
 MAX_VERSION = 6
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_ID = 100
 ZERO_UUID = uuid.UUID(int=0)
 
 Response = RESPONSES[API_KEY]
@@ -31,8 +27,8 @@ async def handle(ctx, request):
     if any(name is not None and topic_id != ZERO_UUID for name, topic_id in asked):
         return error_response(API_KEY, ctx.version, request, INVALID_REQUEST,
                               "a topic name and a topic id cannot both be given")
-    cache = ctx.broker.metadata
-    authz = ctx.broker.authorizer
+    cache = ctx.metadata
+    authz = ctx.authorizer
     results = []
     for name, topic_id in asked:
         by_id = topic_id != ZERO_UUID
@@ -52,7 +48,7 @@ async def handle(ctx, request):
                 result.error_code = TOPIC_AUTHORIZATION_FAILED
                 continue
             known_id = cache.topic_id(name)
-            await settle(ctx.broker.controller.delete_topic(name))
+            await ctx.control.delete_topic(name)
             if ctx.version >= 6 and known_id is not None:
                 result.topic_id = known_id
         except BrokerError as exc:

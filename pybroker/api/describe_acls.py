@@ -1,7 +1,8 @@
 """DescribeAcls: the ACLs a filter matches, grouped by resource pattern (DESCRIBE on the cluster)."""
+from pybroker.protocol.errors import INVALID_REQUEST
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_wire import INVALID_REQUEST, cluster_refusal, filter_from
+from pybroker.security.acl_wire import cluster_refusal, filter_from
 
 API_KEY = 29
 MIN_VERSION = 0
@@ -19,7 +20,7 @@ def handle(ctx, request):
     except A.AclError as exc:
         return _error(INVALID_REQUEST, str(exc))
     resources = {}
-    for b in ctx.broker.authorizer.matching(filt):
+    for b in ctx.authorizer.matching(filt):
         if ctx.version == 0 and b.pattern.pattern_type != A.LITERAL:
             continue  # v0 cannot say PREFIXED
         resources.setdefault(b.pattern, []).append(Response.AclDescription(

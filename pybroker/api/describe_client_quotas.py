@@ -1,8 +1,9 @@
 """DescribeClientQuotas: the stored quotas of the user / client-id entities matching a filter
 (exact name, default, or any name per entity type; ``strict`` excludes entities with other types)."""
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 48
 MIN_VERSION = 0
@@ -16,7 +17,7 @@ def handle(ctx, request):
         return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
                         error_message="not authorized to describe client quotas", entries=None)
     try:
-        found = ctx.broker.quotas.describe([(c.entity_type, c.match_type, c.match) for c in request.components],
+        found = ctx.quotas.describe([(c.entity_type, c.match_type, c.match) for c in request.components],
                                            request.strict)
     except BrokerError as exc:
         return Response(throttle_time_ms=0, error_code=exc.code, error_message=str(exc), entries=None)

@@ -1,6 +1,7 @@
 """DescribeCluster (KIP-700): the live brokers on the caller's listener, the controller and the
 cluster id, from the metadata cache, as Metadata names them. A ZooKeeper-mode broker describes
 brokers only: endpoint type 2 (controllers) is refused."""
+from pybroker.protocol.errors import MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security.acl_checks import cluster_operations
 
@@ -9,8 +10,6 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 
 BROKERS_ENDPOINT = 1
-MISMATCHED_ENDPOINT_TYPE = 114
-UNSUPPORTED_ENDPOINT_TYPE = 115
 NO_OPERATIONS = -2147483648  # authorized operations not asked for
 # AclOperation codes the cluster resource supports (all allowed when no authorizer is configured)
 # (CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE)
@@ -27,7 +26,7 @@ def handle(ctx, request):
         return Response(throttle_time_ms=0, error_code=code, endpoint_type=endpoint_type, cluster_id="",
                         error_message=f"a broker describes endpoint type 1 (brokers), not {endpoint_type}",
                         controller_id=-1, brokers=[], cluster_authorized_operations=NO_OPERATIONS)
-    cache = ctx.broker.metadata
+    cache = ctx.metadata
     listener = ctx.connection.server.listener_name
     brokers = []
     for b in sorted(cache.brokers.values(), key=lambda b: b.id):
@@ -39,5 +38,5 @@ def handle(ctx, request):
     if request.include_cluster_authorized_operations:
         operations = cluster_operations(ctx, CLUSTER_OPERATIONS)
     return Response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
-                    cluster_id=ctx.broker.cluster_id, controller_id=cache.controller_id, brokers=brokers,
+                    cluster_id=ctx.cluster_id, controller_id=cache.controller_id, brokers=brokers,
                     cluster_authorized_operations=operations)

@@ -1,12 +1,12 @@
 """DescribeConfigs: a topic's configs (its overrides and the broker defaults) or the broker's."""
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_REQUEST, UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 32
 MIN_VERSION = 1
 MAX_VERSION = 4
 TOPIC, BROKER = 2, 4
-INVALID_REQUEST = 42
 # config sources
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
@@ -19,19 +19,19 @@ def handle(ctx, request):
         error, message, entries = 0, None, []
         synonyms = {}
         try:
-            if ctx.broker.authorizer is not None:  # ACLs: DESCRIBE_CONFIGS on the topic or the cluster
+            if ctx.authorizer is not None:  # ACLs: DESCRIBE_CONFIGS on the topic or the cluster
                 from pybroker.security.acl_checks import check_config_resource
-                check_config_resource(ctx, ctx.broker.authorizer, 10, res.resource_type, res.resource_name)
+                check_config_resource(ctx, ctx.authorizer, 10, res.resource_type, res.resource_name)
             if res.resource_type == TOPIC:
                 rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, not overridden)
-                        for k, v, overridden in ctx.broker.controller.topic_configs(res.resource_name)]
-            elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.broker.node_id)):
-                live = ctx.broker.dynamic_configs.describe() if ctx.broker.dynamic_configs is not None else {}
+                        for k, v, overridden in ctx.control.topic_configs(res.resource_name)]
+            elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.node_id)):
+                live = ctx.services.backend.dynamic_configs.describe()
                 rows = [(k, v, DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG, True)
-                        for k, (v, is_default) in sorted(ctx.broker.config.describe().items()) if k not in live]
+                        for k, (v, is_default) in sorted(ctx.config.describe().items()) if k not in live]
                 if live:  # the keys a broker may change live
                     rows += [(k, v, source or DEFAULT_CONFIG, False) for k, (v, source) in sorted(live.items())]
-                    rows, synonyms = _dynamic_log_rows(ctx.broker, rows)
+                    rows, synonyms = _dynamic_log_rows(ctx.services.backend.dynamic_configs, rows)
             else:
                 raise BrokerError(f"cannot describe resource type {res.resource_type} {res.resource_name!r}")
             wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
@@ -41,25 +41,25 @@ def handle(ctx, request):
                 is_sensitive=False, synonyms=synonyms.get(k, []) if with_synonyms else [])
                 for k, v, source, read_only in rows if wanted is None or k in wanted]
         except BrokerError as exc:
-            error, message = exc.code if exc.code != -1 else INVALID_REQUEST, str(exc)
+            error, message = exc.code if exc.code != UNKNOWN_SERVER_ERROR else INVALID_REQUEST, str(exc)
         results.append(Response.DescribeConfigsResult(error_code=error, error_message=message,
                                                       resource_type=res.resource_type,
                                                       resource_name=res.resource_name, configs=entries))
     return Response(throttle_time_ms=0, results=results)
 
 
-def _dynamic_log_rows(broker, rows) -> tuple[list, dict]:
+def _dynamic_log_rows(dynamic_configs, rows) -> tuple[list, dict]:
     """Broker rows with the dynamic log defaults in place of the static ones (sources 2/3, not
     read-only) and {key: synonyms}: the dynamic values most specific first, then the static one."""
     from pybroker.controller.broker_configs import LOG_KEYS
     from pybroker.log.config import BROKER_NAMES
-    dynamic = broker.dynamic_configs.describe_log()
+    dynamic = dynamic_configs.describe_log()
     field_of = {key: name for name, key in BROKER_NAMES.items()}
     out, synonyms = [], {}
     for k, v, source, read_only in rows:
         if k in LOG_KEYS:
             read_only = False
-            static_value = str(getattr(broker.static_log_config, field_of[k])) if k in field_of else v
+            static_value = str(getattr(dynamic_configs.static_log, field_of[k])) if k in field_of else v
             static = [Response.DescribeConfigsSynonym(name=k, value=static_value, source=source)] \
                 if static_value is not None else []
             if k in dynamic:

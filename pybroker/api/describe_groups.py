@@ -1,5 +1,6 @@
 """DescribeGroups: one entry per asked group, always (an unknown group is Dead, error 0)."""
 from pybroker.coordinator.group import STABLE
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -9,15 +10,13 @@ MAX_VERSION = 5
 NOT_REQUESTED = -2147483648  # authorized operations not asked for
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE: no ACLs here
 
-GROUP_AUTHORIZATION_FAILED = 30
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    coordinator = ctx.broker.coordinator
+    coordinator = ctx.coordinator
     ops = GROUP_OPERATIONS if ctx.version >= 3 and request.include_authorized_operations else NOT_REQUESTED
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None:  # ACLs: DESCRIBE on each group
         from pybroker.security.acl_checks import authorized_operations
         return Response(throttle_time_ms=0, groups=[

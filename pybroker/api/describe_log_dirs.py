@@ -6,8 +6,9 @@ per-partition error. Offset lag is Kafka's for a current (non-future) log: max(H
 """
 import os
 
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 35
 MIN_VERSION = 0
@@ -21,7 +22,7 @@ def handle(ctx, request):
         return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED if ctx.version >= 3 else 0,
                         results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
-    manager = ctx.broker.log_manager
+    manager = ctx.log_manager
     by_dir: dict[str, dict[str, list]] = {d: {} for d in manager.log_dirs}
     for (topic, index), lg in sorted(manager.logs.items()):
         if wanted is not None and (topic, index) not in wanted:
@@ -29,7 +30,7 @@ def handle(ctx, request):
         topics = by_dir.setdefault(os.path.dirname(lg.directory), {})
         topics.setdefault(topic, []).append(Response.DescribeLogDirsPartition(
             partition_index=index, partition_size=sum(s.size for s in list(lg.segments)),
-            offset_lag=_offset_lag(ctx.broker.replicas, topic, index, lg), is_future_key=False))
+            offset_lag=_offset_lag(ctx.replicas, topic, index, lg), is_future_key=False))
     results = []
     for d, topics in by_dir.items():
         total, usable = _volume(d)

@@ -1,6 +1,7 @@
 """DescribeProducers (KIP-664): the active idempotent producers of partitions this broker leads,
 from each partition's producer state. pybroker has no transactions, so coordinator epoch and
 current transaction start offset are always -1."""
+from pybroker.protocol.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -8,32 +9,28 @@ API_KEY = 61
 MIN_VERSION = 0
 MAX_VERSION = 0
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-TOPIC_AUTHORIZATION_FAILED = 29
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
     topics = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     for t in request.topics:
         if authz is not None and not authz.allowed(ctx, A.READ, A.TOPIC, t.name):
             partitions = [Response.PartitionResponse(partition_index=i, error_code=TOPIC_AUTHORIZATION_FAILED,
                                                      error_message=None, active_producers=[])
                           for i in t.partition_indexes]
         else:
-            partitions = [_partition(ctx.broker, t.name, index) for index in t.partition_indexes]
+            partitions = [_partition(ctx.services, t.name, index) for index in t.partition_indexes]
         topics.append(Response.TopicResponse(name=t.name, partitions=partitions))
     return Response(throttle_time_ms=0, topics=topics)
 
 
-def _partition(broker, topic: str, index: int):
-    p = broker.replicas.get(topic, index)
+def _partition(services, topic: str, index: int):
+    p = services.replicas.get(topic, index)
     if p is None or not p.is_leader:
         # as Kafka: a partition the cluster knows but this broker does not lead is NOT_LEADER
-        known = p is not None or broker.metadata.partition(topic, index) is not None
+        known = p is not None or services.metadata.partition(topic, index) is not None
         code = NOT_LEADER_OR_FOLLOWER if known else UNKNOWN_TOPIC_OR_PARTITION
         return Response.PartitionResponse(partition_index=index, error_code=code, error_message=_MESSAGES[code],
                                           active_producers=[])

@@ -9,6 +9,8 @@ topic that is not asked for, INVALID_REQUEST (42). pybroker has no eligible lead
 """
 import uuid
 
+from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED,
+                                      UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -16,8 +18,6 @@ API_KEY = 75
 MIN_VERSION = 0
 MAX_VERSION = 0
 
-UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, INVALID_REQUEST = 3, 5, 42
-TOPIC_AUTHORIZATION_FAILED = 29
 PARTITION_LIMIT = 2000  # Kafka's max.request.partition.size.limit
 NO_OPERATIONS = -2147483648
 NO_TOPIC_ID = uuid.UUID(int=0)
@@ -26,9 +26,9 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    cache = ctx.broker.metadata
+    cache = ctx.metadata
     names = sorted({t.name for t in request.topics}) if request.topics else sorted(cache.topics)
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     denied = set()
     if authz is not None:  # ACLs: DESCRIBE per topic; an all-topics answer leaves the others out
         if request.topics:

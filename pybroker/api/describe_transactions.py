@@ -1,25 +1,25 @@
 """DescribeTransactions: the state of transactional ids this broker coordinates (others get
 NOT_COORDINATOR; unknown ids TRANSACTIONAL_ID_NOT_FOUND). DESCRIBE on each id is required, and
 partitions of topics the caller may not DESCRIBE are left out, as Kafka does."""
+from pybroker.protocol.errors import TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 65
 MIN_VERSION = 0
 MAX_VERSION = 0
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     states = []
     for tid in request.transactional_ids:
         if authz is not None and not authz.allowed(ctx, A.DESCRIBE, A.TRANSACTIONAL_ID, tid):
             states.append(_state(tid, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
             continue
-        error, md = ctx.broker.transactions.describe(tid)
+        error, md = ctx.transactions.describe(tid)
         if error:
             states.append(_state(tid, error))
             continue

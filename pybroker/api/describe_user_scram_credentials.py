@@ -5,15 +5,15 @@ Named users: an empty name or a user without credentials is RESOURCE_NOT_FOUND (
 twice DUPLICATE_RESOURCE (92), each answered once, as Kafka. Needs DESCRIBE on the cluster when
 authorization is on.
 """
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, DUPLICATE_RESOURCE, RESOURCE_NOT_FOUND
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 from pybroker.security.sasl.scram import MECHANISMS
 
 API_KEY = 50
 MIN_VERSION = 0
 MAX_VERSION = 0
-RESOURCE_NOT_FOUND, DUPLICATE_RESOURCE = 91, 92
 
 Response = RESPONSES[API_KEY]
 Result = Response.DescribeUserScramCredentialsResult
@@ -23,7 +23,7 @@ def handle(ctx, request):
     if cluster_denied(ctx, A.DESCRIBE):
         return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
                         error_message="Cluster authorization failed.", results=[])
-    users = ctx.broker.scram_credentials.users
+    users = ctx.services.backend.credentials.users
     if not request.users:
         results = [_described(name, users[name]) for name in sorted(users)]
         return Response(throttle_time_ms=0, error_code=0, error_message=None, results=results)

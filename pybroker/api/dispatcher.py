@@ -19,12 +19,14 @@ import time
 
 from pybroker import core
 from pybroker.api import TABLE, api_versions, produce, sasl_authenticate, sasl_handshake
-from pybroker.api.context import Parts, RequestContext
+from pybroker.api.context import RequestContext
 from pybroker.api.error_response import error_response
 from pybroker.errors import BrokerError
-from pybroker.quota import enforce
 from pybroker.protocol import (API_NAMES, DecodeError, RequestHeader, UnsupportedVersionError, decode_request,
                                encode_response, response_header_version)
+from pybroker.protocol.errors import ILLEGAL_SASL_STATE, UNSUPPORTED_VERSION
+from pybroker.protocol.parts import Parts
+from pybroker.quota import enforce
 from pybroker.security.sasl.authenticator import EXPIRED, Exchange
 
 log = logging.getLogger(__name__)
@@ -32,16 +34,19 @@ log = logging.getLogger(__name__)
 _KEY_AND_VERSION = struct.Struct(">hh")
 
 
-ILLEGAL_SASL_STATE = 34
 VERSIONS_ANSWERED = "versions answered"  # session.sasl_state after ApiVersions: SaslHandshake must follow
 
 
 class AuthenticationGate:
     """The handler of a SASL listener: authenticated sessions go straight to the dispatcher."""
 
-    def __init__(self, dispatcher, sasl):
+    def __init__(self, dispatcher, services):
         self.dispatcher = dispatcher
-        self.sasl = sasl  # pybroker.security.sasl.authenticator.SaslAuthenticator
+        self.services = services  # its sasl: the SaslAuthenticator, there before the listener opens
+
+    @property
+    def sasl(self):
+        return self.services.sasl
 
     def handle(self, frame, conn):
         if conn.session.authenticated:
@@ -100,13 +105,13 @@ class AuthenticationGate:
 
 
 class UnsupportedRequestError(BrokerError):
-    code = 35  # UNSUPPORTED_VERSION
+    code = UNSUPPORTED_VERSION
 
 
 class Dispatcher:
-    def __init__(self, broker):
-        self.broker = broker
-        metrics = getattr(broker, "metrics", None)
+    def __init__(self, services):
+        self.services = services  # pybroker.services.Services: what every request's context carries
+        metrics = services.metrics
         if metrics is not None:  # request timing (pybroker/metrics); no wrapper at all when metrics are off
             plain = self.handle
             self.handle = lambda frame, conn: metrics.handle(plain, frame, conn)
@@ -124,9 +129,10 @@ class Dispatcher:
             if key == api_versions.API_KEY:
                 return self._unsupported_api_versions(header.correlation_id)
             raise UnsupportedRequestError(f"{API_NAMES.get(key, f'API {key}')} v{version} is not supported")
-        quotas = getattr(self.broker, "quotas", None)
+        services = self.services
+        quotas = services.quotas
         started = time.perf_counter() if quotas is not None and quotas.enabled else None
-        result = api.handle(RequestContext(self.broker, header, conn), request)
+        result = api.handle(RequestContext(services, header, conn), request)
         if started is not None:  # client quotas: throttle time into the response, then mute (KIP-219)
             handler_s = time.perf_counter() - started
             if inspect.isawaitable(result):
@@ -137,7 +143,7 @@ class Dispatcher:
         return self._respond(result, key, version, header.correlation_id)
 
     async def _finish_throttled(self, pending, key, version, header, request, frame, conn, handler_s):
-        result = enforce.apply(self.broker.quotas, await pending, key, header, request, frame, conn, handler_s)
+        result = enforce.apply(self.services.quotas, await pending, key, header, request, frame, conn, handler_s)
         return self._respond(result, key, version, header.correlation_id)
 
     @staticmethod

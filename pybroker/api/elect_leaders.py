@@ -1,16 +1,14 @@
 """ElectLeaders (KIP-460): preferred or unclean leader election, answered by the controller."""
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, ELECTION_NOT_NEEDED, ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                      INVALID_REQUEST, NOT_CONTROLLER, PREFERRED_LEADER_NOT_AVAILABLE,
+                                      UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 43
 MIN_VERSION = 0
 MAX_VERSION = 2
 
-INVALID_REQUEST = 42
-NOT_CONTROLLER = 41
-PREFERRED_LEADER_NOT_AVAILABLE = 80
-ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION = 84, 3
 ELECTION_TYPES = {0: "preferred", 1: "unclean"}
 
 Response = RESPONSES[API_KEY]
@@ -24,18 +22,12 @@ async def _handle(ctx, request):
     keys = None if request.topic_partitions is None else [
         (t.topic, p) for t in request.topic_partitions for p in t.partitions]
     election_type = request.election_type if ctx.version >= 1 else 0  # v0: preferred only
-    controller = ctx.broker.zk_controller
     if cluster_denied(ctx, 7):  # ALTER
         return _response(CLUSTER_AUTHORIZATION_FAILED, {k: CLUSTER_AUTHORIZATION_FAILED for k in keys or ()},
                          ctx.version)
     if election_type not in ELECTION_TYPES:
         return _response(INVALID_REQUEST, {k: INVALID_REQUEST for k in keys or ()}, ctx.version)
-    if controller is None:  # a single node: its one replica already leads every partition
-        return _response(0, {k: ELECTION_NOT_NEEDED if ctx.broker.metadata.partition(*k) else UNKNOWN_TOPIC_OR_PARTITION
-                             for k in keys or ()}, ctx.version)
-    if not controller.active:
-        return _response(NOT_CONTROLLER, {k: NOT_CONTROLLER for k in keys or ()}, ctx.version)
-    results = await controller.elect_leaders(election_type, keys)
+    results = await ctx.control.elect_leaders(election_type, keys)
     if results == NOT_CONTROLLER:
         return _response(NOT_CONTROLLER, {k: NOT_CONTROLLER for k in keys or ()}, ctx.version)
     if ctx.version == 0:  # v0 predates ELIGIBLE_LEADERS_NOT_AVAILABLE
@@ -53,8 +45,9 @@ def _response(error: int, results: dict, version: int):
         Response.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in topics.items()])
 
 
-_MESSAGES = {3: "no such topic or partition", 41: "this broker is not the controller",
-             42: "election_type must be 0 (preferred) or 1 (unclean)",
-             80: "the preferred replica is not live or not in sync",
-             83: "no live replica may become the leader",
-             84: "the leader is already the one this election would choose"}
+_MESSAGES = {UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition",
+             NOT_CONTROLLER: "this broker is not the controller",
+             INVALID_REQUEST: "election_type must be 0 (preferred) or 1 (unclean)",
+             PREFERRED_LEADER_NOT_AVAILABLE: "the preferred replica is not live or not in sync",
+             ELIGIBLE_LEADERS_NOT_AVAILABLE: "no live replica may become the leader",
+             ELECTION_NOT_NEEDED: "the leader is already the one this election would choose"}

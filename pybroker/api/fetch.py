@@ -16,9 +16,11 @@ import struct
 
 from pybroker import core
 from pybroker.api import fetch_session
-from pybroker.api.context import Parts
 from pybroker.api.leader_hints import NO_LEADER, LeaderHints
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
+                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID)
+from pybroker.protocol.parts import Parts
 from pybroker.replica.fetch_sessions import FINAL_EPOCH, CachedPartition
 from pybroker.replica.manager import DEBUGGING_CONSUMER_ID, FetchResult
 from pybroker.security import acl as A
@@ -26,12 +28,6 @@ from pybroker.security import acl as A
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 17
-OFFSET_OUT_OF_RANGE = 1
-NOT_LEADER_OR_FOLLOWER = 6
-TOPIC_AUTHORIZATION_FAILED = 29
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_TOPIC_ID = 100
-INCONSISTENT_TOPIC_ID = 103
 FIRST_SESSION_VERSION, FIRST_DIVERGING_VERSION, FIRST_TOPIC_ID_VERSION = 7, 12, 13
 FIRST_REPLICA_STATE_VERSION, FIRST_CURRENT_LEADER_VERSION = 15, 16
 
@@ -43,11 +39,11 @@ _TOPIC_ERROR = struct.Struct(">hi")
 
 async def handle(ctx, request):
     version = ctx.version
-    broker = ctx.broker
+    services = ctx.services
     if version >= FIRST_REPLICA_STATE_VERSION:  # the follower's id moved into replica_state (KIP-903)
         request.replica_id = request.replica_state.replica_id  # what quotas and logs read
     replica_id = request.replica_id
-    names = broker.metadata.topic_names if version >= FIRST_TOPIC_ID_VERSION else None
+    names = services.metadata.topic_names if version >= FIRST_TOPIC_ID_VERSION else None
     partitions = _partitions(request, names)
     if _has_duplicates(request.topics):
         request.topics, partitions = _deduplicated(partitions, names is not None)
@@ -55,7 +51,7 @@ async def handle(ctx, request):
         context = fetch_session.Sessionless(request.topics, partitions)  # the common case: no session
     else:
         forgotten = _forgotten(request, names is not None)
-        context = fetch_session.new_context(broker.fetch_sessions, version, request.session_id, request.session_epoch,
+        context = fetch_session.new_context(services.fetch_sessions, version, request.session_id, request.session_epoch,
                                             replica_id >= 0, request.topics, partitions, forgotten, names)
     committed_only = request.isolation_level == 1
     results, diverged = await _read(ctx, request, context.partitions, replica_id, committed_only)
@@ -110,7 +106,8 @@ def _deduplicated(partitions, by_id: bool) -> tuple[list, list]:
 
 
 def _forgotten(request, by_id: bool) -> list:
-    return [((t.topic_id if by_id else t.topic), index) for t in request.forgotten_topics_data for index in t.partitions]
+    return [((t.topic_id if by_id else t.topic), index)
+            for t in request.forgotten_topics_data for index in t.partitions]
 
 
 async def _read(ctx, request, partitions, replica_id: int, committed_only: bool) -> tuple[list, bool]:
@@ -118,16 +115,16 @@ async def _read(ctx, request, partitions, replica_id: int, committed_only: bool)
     replica manager unless answered here."""
     if not partitions:
         return [], False
-    authz = ctx.broker.authorizer
+    authz = ctx.services.authorizer
     # no acls, every topic id known, no last fetched epoch (consumers): nothing to answer here
     plain = authz is None and (ctx.version < FIRST_DIVERGING_VERSION or not _special(partitions))
     fixed = None if plain else _answered_here(ctx, authz, partitions, replica_id)
     wanted = [p for i, p in enumerate(partitions) if i not in fixed] if fixed else partitions
     diverged = bool(fixed) and any(r.diverging_epoch is not None for r in fixed.values())
     max_wait = 0 if diverged else request.max_wait_ms
-    read = await ctx.broker.replicas.fetch(wanted, max_wait, request.min_bytes, request.max_bytes, committed_only,
+    read = await ctx.services.replicas.fetch(wanted, max_wait, request.min_bytes, request.max_bytes, committed_only,
                                            replica_id, ctx.version >= FIRST_TOPIC_ID_VERSION) if wanted else []
-    metrics = getattr(ctx.broker, "metrics", None)
+    metrics = ctx.services.metrics
     if metrics is not None:  # pybroker/metrics: bytes out per topic (the slices' lengths)
         metrics.on_fetch(wanted, read, replica_id)
     if not fixed:
@@ -146,7 +143,7 @@ def _answered_here(ctx, authz, partitions, replica_id: int) -> dict:
     may not read, diverging epochs. A topic id that differs from the log's is left to the read."""
     fixed = {}
     denied = _denied(ctx, authz, partitions, replica_id) if authz is not None else ()
-    replicas = ctx.broker.replicas
+    replicas = ctx.services.replicas
     for i, p in enumerate(partitions):
         if p.topic is None:
             fixed[i] = FetchResult(UNKNOWN_TOPIC_ID)
@@ -219,7 +216,7 @@ def _current_leaders(ctx, topics, results) -> list | None:
     if NOT_LEADER_OR_FOLLOWER not in errors and FENCED_LEADER_EPOCH not in errors:
         return None
     hints = LeaderHints(ctx)
-    names = ctx.broker.metadata.topic_names
+    names = ctx.services.metadata.topic_names
     k = 0
     for t in topics:
         for p in t.partitions:

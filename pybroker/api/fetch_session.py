@@ -6,9 +6,9 @@ picks what goes back: (response topics, results, session id, error code).
 """
 from typing import NamedTuple
 
-from pybroker.replica.fetch_sessions import (FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, FINAL_EPOCH,
-                                             INITIAL_EPOCH, INVALID_FETCH_SESSION_EPOCH, INVALID_SESSION_ID,
-                                             next_epoch, now_ms)
+from pybroker.protocol.errors import (FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR,
+                                      INVALID_FETCH_SESSION_EPOCH)
+from pybroker.replica.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch, now_ms
 
 
 class ResponseTopic(NamedTuple):

@@ -7,6 +7,8 @@ v6) are not supported here: INVALID_REQUEST, as Kafka answers while they are dis
 from dataclasses import dataclass
 
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST,
+                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -15,9 +17,6 @@ MIN_VERSION = 0
 MAX_VERSION = 6
 FIRST_BATCH_VERSION = 4
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-INVALID_REQUEST = 42
-COORDINATOR_NOT_AVAILABLE = 15
-GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 30, 53
 
 Response = RESPONSES[API_KEY]
 
@@ -47,23 +46,23 @@ async def handle(ctx, request):
 
 
 async def _find(ctx, key_type: int, key: str) -> Found:
-    broker = ctx.broker
+    services = ctx.services
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return Found(INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
-    if broker.authorizer is not None and not _authorized(ctx, broker.authorizer, key_type, key):
+    if services.authorizer is not None and not _authorized(ctx, services.authorizer, key_type, key):
         return Found(TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION_KEY
                      else GROUP_AUTHORIZATION_FAILED)
-    if not broker.coordinator.ready:
+    if not services.coordinator.ready:
         return Found(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not ready")
     # Kafka creates __consumer_offsets / __transaction_state when a group / transactional id first asks
-    store = broker.transactions.state_log if key_type == TRANSACTION_KEY else broker.offsets
+    store = services.transactions.state_log if key_type == TRANSACTION_KEY else services.offsets
     topic = "__transaction_state" if key_type == TRANSACTION_KEY else "__consumer_offsets"
     try:
         await store.ensure_topic()
     except BrokerError as exc:
         return Found(COORDINATOR_NOT_AVAILABLE, f"cannot create {topic}: {exc}")
     index = store.partition_for(key)
-    leader = broker.metadata.leader_endpoint(topic, index)
+    leader = services.metadata.leader_endpoint(topic, index)
     address = leader.address(ctx.connection.server.listener_name) if leader is not None else None
     if address is None:
         return Found(COORDINATOR_NOT_AVAILABLE, f"{topic}-{index} has no leader")

@@ -7,8 +7,8 @@ fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUES
 these configs dynamically"). APPEND/SUBTRACT apply only to list
 configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
 """
-from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_REQUEST
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 44
@@ -22,7 +22,7 @@ Response = RESPONSES[API_KEY]
 
 
 class ConfigChangeError(BrokerError):
-    code = 42  # INVALID_REQUEST
+    code = INVALID_REQUEST
 
 
 def duplicate_resources(resources) -> set:
@@ -36,24 +36,18 @@ def duplicate_resources(resources) -> set:
 async def alter_resource(ctx, resource_type, name, changes: dict, replace_all: bool, validate_only: bool) -> None:
     """Apply ``changes`` ({key: value | None}) to one resource, or raise a BrokerError."""
     if resource_type == TOPIC:
-        await settle(ctx.broker.controller.alter_topic_configs(name, changes, replace_all=replace_all,
-                                                               validate_only=validate_only))
+        await ctx.control.alter_topic_configs(name, changes, replace_all=replace_all, validate_only=validate_only)
     elif resource_type == BROKER:
-        if name not in ("", str(ctx.broker.node_id)):
-            raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.broker.node_id}")
-        if ctx.broker.dynamic_configs is not None:  # a cluster keeps dynamic broker configs in ZooKeeper
-            await ctx.broker.dynamic_configs.alter(name, changes, replace_all, validate_only)
-        elif changes or not replace_all:
-            keys = ", ".join(sorted(changes)) or "(none)"
-            raise ConfigChangeError(f"Cannot update these configs dynamically: {keys} "
-                                    "(this broker's configs are all static)")
+        if name not in ("", str(ctx.node_id)):
+            raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.node_id}")
+        await ctx.services.backend.dynamic_configs.alter(name, changes, replace_all, validate_only)
     else:
         raise ConfigChangeError(f"altering configs of resource type {resource_type} is not supported "
                                 "(only topics and brokers)")
 
 
 def _current_list(ctx, name: str, key: str) -> list:
-    for k, value, _ in ctx.broker.controller.topic_configs(name):
+    for k, value, _ in ctx.control.topic_configs(name):
         if k == key:
             return [v.strip() for v in value.split(",") if v.strip()]
     return []
@@ -75,9 +69,9 @@ async def alter_each(ctx, request, response_type, changes_of, replace_all: bool)
                 if c.name in seen:
                     raise ConfigChangeError(f"duplicate config key {c.name!r}")
                 seen.add(c.name)
-            if ctx.broker.authorizer is not None:  # ACLs: ALTER_CONFIGS on the topic or the cluster
+            if ctx.authorizer is not None:  # ACLs: ALTER_CONFIGS on the topic or the cluster
                 from pybroker.security.acl_checks import check_config_resource
-                check_config_resource(ctx, ctx.broker.authorizer, 11, res.resource_type, res.resource_name)
+                check_config_resource(ctx, ctx.authorizer, 11, res.resource_type, res.resource_name)
             await alter_resource(ctx, res.resource_type, res.resource_name, changes_of(res), replace_all=replace_all,
                            validate_only=request.validate_only)
         except BrokerError as exc:

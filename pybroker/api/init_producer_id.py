@@ -5,17 +5,14 @@ Versions: v3 adds the producer id/epoch a producer resumes with (KIP-360; both o
 INVALID_REQUEST), v4 knows PRODUCER_FENCED (older versions get INVALID_PRODUCER_EPOCH instead), v5
 knows TRANSACTION_ABORTABLE (which this coordinator never answers here).
 """
-from pybroker.asyncutil import settle
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, INVALID_REQUEST,
+                                      PRODUCER_FENCED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 5
-INVALID_REQUEST = 42
-INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
-
-CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
 
 Response = RESPONSES[API_KEY]
 
@@ -30,20 +27,20 @@ def _authorized(ctx, authz, request) -> bool:
     s = ctx.session
     if authz.authorize_any(s.principal, s.client_host, A.WRITE, A.TOPIC):
         return True
-    if any(authz.allowed_quietly(ctx, A.WRITE, A.TOPIC, t) for t in ctx.broker.metadata.topics):
+    if any(authz.allowed_quietly(ctx, A.WRITE, A.TOPIC, t) for t in ctx.metadata.topics):
         return True
     return authz.allowed(ctx, A.IDEMPOTENT_WRITE, A.CLUSTER, A.CLUSTER_NAME)
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and not _authorized(ctx, authz, request):
         error = CLUSTER_AUTHORIZATION_FAILED if request.transactional_id is None \
             else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return _error(error)
     if request.transactional_id is not None:
         return await _transactional(ctx, request)
-    return Response(throttle_time_ms=0, error_code=0, producer_id=await settle(ctx.broker.producer_ids.allocate()),
+    return Response(throttle_time_ms=0, error_code=0, producer_id=await ctx.control.allocate_producer_id(),
                     producer_epoch=0)
 
 
@@ -55,7 +52,7 @@ async def _transactional(ctx, request):
             return _error(INVALID_REQUEST)
         if pid != -1:
             expected = (pid, epoch)
-    error, pid, epoch = await ctx.broker.transactions.init_producer_id(
+    error, pid, epoch = await ctx.transactions.init_producer_id(
         request.transactional_id, request.transaction_timeout_ms, expected)
     if error == PRODUCER_FENCED and ctx.version < 4:
         error = INVALID_PRODUCER_EPOCH

@@ -6,6 +6,7 @@ v7+ answers carry the protocol type (KIP-559), v8+ requests a reason (KIP-800, l
 import logging
 
 from pybroker.coordinator.coordinator import JoinResult
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -18,20 +19,18 @@ FIRST_SKIP_ASSIGNMENT_VERSION = 9
 
 log = logging.getLogger(__name__)
 
-GROUP_AUTHORIZATION_FAILED = 30
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
         return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, generation_id=-1,
                         protocol_type=None, protocol_name="", leader="", member_id=request.member_id, members=[])
     rebalance_timeout = request.rebalance_timeout_ms if ctx.version >= 1 else request.session_timeout_ms
     if ctx.version >= FIRST_REASON_VERSION and request.reason:
         log.info("group %s: member %r joins: %s", request.group_id, request.member_id, request.reason)
-    result = ctx.broker.coordinator.join(
+    result = ctx.coordinator.join(
         request.group_id, request.member_id, request.group_instance_id if ctx.version >= 5 else None,
         ctx.header.client_id or "", "/" + str(ctx.connection.peer[0]), request.session_timeout_ms,
         rebalance_timeout, request.protocol_type, request.protocols,

@@ -5,9 +5,11 @@ epoch, v5+ name topics by id too (and answer per topic id), v6+ carry the leader
 (KIP-704), v7+ IsKRaftController (a ZooKeeper controller sends false; either way it is a controller).
 """
 from pybroker.api.controller_requests import refusal
+from pybroker.controller.log_configs import apply_leader_and_isr
 from pybroker.controller.metadata_cache import PartitionState
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 4
 MIN_VERSION = 0
@@ -38,7 +40,7 @@ def handle(ctx, request):
         errors = {(s.topic, s.partition): error for s in states}
     else:
         leaders = {b.broker_id: (b.host_name, b.port) for b in request.live_leaders}
-        errors = ctx.broker.apply_leader_and_isr(request.controller_epoch, states, topic_ids, leaders)
+        errors = apply_leader_and_isr(ctx.services, request.controller_epoch, states, topic_ids, leaders)
     if version < TOPIC_IDS_SINCE:
         return Response(error_code=error, partition_errors=[Response.LeaderAndIsrPartitionError(
             topic_name=name, partition_index=p.partition_index, error_code=errors.get((name, p.partition_index), 0))

@@ -18,12 +18,12 @@ class Endpoint(NamedTuple):
     rack: str | None
 
 
-def current_leader(broker, topic: str, partition: int) -> tuple[int, int]:
-    """(leader id, leader epoch) of the partition as this broker knows them."""
-    hosted = broker.replicas.get(topic, partition)
+def current_leader(replicas, metadata, topic: str, partition: int) -> tuple[int, int]:
+    """(leader id, leader epoch) of the partition as this broker knows them: its replica's, else the cache's."""
+    hosted = replicas.get(topic, partition)
     if hosted is not None:
         return hosted.leader_id, hosted.leader_epoch
-    state = broker.metadata.partition(topic, partition)
+    state = metadata.partition(topic, partition)
     return (state.leader, state.leader_epoch) if state is not None else NO_LEADER
 
 
@@ -31,14 +31,15 @@ class LeaderHints:
     """The current leaders named in one response, and their endpoints for its node_endpoints."""
 
     def __init__(self, ctx):
-        self.broker = ctx.broker
+        self.replicas = ctx.services.replicas
+        self.metadata = ctx.services.metadata
         self.listener = ctx.connection.server.listener_name
         self.endpoints: dict[int, Endpoint] = {}
 
     def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
-        leader_id, epoch = current_leader(self.broker, topic, partition)
+        leader_id, epoch = current_leader(self.replicas, self.metadata, topic, partition)
         if leader_id >= 0 and leader_id not in self.endpoints:
-            node = self.broker.metadata.brokers.get(leader_id)
+            node = self.metadata.brokers.get(leader_id)
             address = node.address(self.listener) if node is not None else None
             if address is not None:
                 self.endpoints[leader_id] = Endpoint(leader_id, address[0], address[1], node.rack)

@@ -2,6 +2,7 @@
 members say why they leave (KIP-800, logged)."""
 import logging
 
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -13,13 +14,11 @@ FIRST_REASON_VERSION = 5
 
 log = logging.getLogger(__name__)
 
-GROUP_AUTHORIZATION_FAILED = 30
-
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
         return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, members=[])
     batch = ctx.version >= FIRST_BATCH_VERSION
@@ -30,7 +29,7 @@ def handle(ctx, request):
                          m.reason)
     identities = ([(m.member_id, m.group_instance_id) for m in request.members] if batch
                   else [(request.member_id, None)])
-    error, errors = ctx.broker.coordinator.leave(request.group_id, identities)
+    error, errors = ctx.coordinator.leave(request.group_id, identities)
     if not batch:
         return Response(throttle_time_ms=0, error_code=error or errors[0], members=[])
     return Response(throttle_time_ms=0, error_code=error, members=[

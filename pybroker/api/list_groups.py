@@ -17,7 +17,7 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    coordinator = ctx.broker.coordinator
+    coordinator = ctx.coordinator
     error = coordinator.check_ready()  # the groups coordinated here, as Kafka
     groups = [] if error else coordinator.list_groups()
     states = _lowered(request.states_filter) if ctx.version >= FIRST_STATES_FILTER_VERSION else set()
@@ -26,7 +26,7 @@ def handle(ctx, request):
         groups = [g for g in groups if g.state.lower() in states]
     if types:
         groups = [g for g in groups if _group_type(g) in types]
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and groups and not authz.allowed_quietly(ctx, A.DESCRIBE, A.CLUSTER, A.CLUSTER_NAME):
         groups = [g for g in groups if authz.allowed_quietly(ctx, A.DESCRIBE, A.GROUP, g.group_id)]
     return Response(throttle_time_ms=0, error_code=error, groups=[

@@ -4,6 +4,7 @@ v7+ also asks for the record with the largest timestamp (-3), v8+ the earliest l
 the log start offset, as there is no tiered storage), v9+ the last tiered offset (-5: -1, nothing is
 tiered). v10's timeout bounds remote lookups, which never happen here.
 """
+from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
@@ -12,17 +13,16 @@ API_KEY = 2
 MIN_VERSION = 1
 MAX_VERSION = 10
 
-TOPIC_AUTHORIZATION_FAILED = 29
 EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -3, -4, -5
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    replicas = ctx.broker.replicas
+    replicas = ctx.replicas
     committed_only = request.isolation_level == 1
     topics = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     for topic in request.topics:
         parts = []
         if authz is not None and not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, topic.name):

@@ -11,9 +11,9 @@ Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     duration = request.duration_filter if ctx.version >= 1 else -1
-    error, found, unknown = ctx.broker.transactions.list(set(request.state_filters),
+    error, found, unknown = ctx.transactions.list(set(request.state_filters),
                                                          set(request.producer_id_filters), duration)
     if authz is not None:
         found = [md for md in found

@@ -8,19 +8,15 @@ operations are answered up to v10 (v11+ asks DescribeCluster), 0 without DESCRIB
 import uuid
 
 from pybroker.api.error_response import error_response
-from pybroker.asyncutil import settle
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
+                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 3
 MIN_VERSION = 0
 MAX_VERSION = 12
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
-LEADER_NOT_AVAILABLE = 5
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_ID = 100
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648  # authorized operations not computed
 
@@ -28,13 +24,13 @@ Response = RESPONSES[API_KEY]
 
 
 async def handle(ctx, request):
-    broker = ctx.broker
-    cache = broker.metadata
+    cache = ctx.metadata
+    control = ctx.control
     invalid = _invalid(ctx.version, request)
     if invalid:
         return error_response(API_KEY, ctx.version, request, INVALID_REQUEST, invalid)
     names = _requested(ctx.version, request)
-    authz = broker.authorizer
+    authz = ctx.authorizer
     by_id = ids_asked(request)
     unknown_ids = []
     if by_id:  # v12: topics named by id; the names are ours to find
@@ -44,13 +40,13 @@ async def handle(ctx, request):
         names = sorted(cache.topics)
         if authz is not None:  # ACLs: topics the caller may not describe are left out
             names = [n for n in names if authz.allowed_quietly(ctx, A.DESCRIBE, A.TOPIC, n)]
-    allow_create = (broker.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
+    allow_create = (ctx.config.auto_create_topics_enable and (ctx.version < 4 or request.allow_auto_topic_creation)
                     and not by_id)
     topics = [Response.MetadataResponseTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=i, partitions=[])
               for i in unknown_ids]
     for name in names:
         error = 0
-        if authz is not None and not _authorized(ctx, authz, cache, broker, name, allow_create):
+        if authz is not None and not _authorized(ctx, authz, cache, name, allow_create):
             # an id is not secret, a name is: asked by id, the id comes back without the name
             topics.append(Response.MetadataResponseTopic(
                 error_code=TOPIC_AUTHORIZATION_FAILED, name=None if by_id else name,
@@ -58,14 +54,14 @@ async def handle(ctx, request):
             continue
         if name not in cache.topics:
             error = UNKNOWN_TOPIC_OR_PARTITION
-            if name in broker.controller.topics:
+            if name in control.topics:
                 error = LEADER_NOT_AVAILABLE  # created; its leaders are not known here yet
             elif allow_create:
                 try:
-                    await settle(broker.controller.auto_create_topic(name))
+                    await control.auto_create_topic(name)
                     error = 0 if name in cache.topics else LEADER_NOT_AVAILABLE
                 except BrokerError as exc:
-                    error = LEADER_NOT_AVAILABLE if exc.code == 36 else exc.code  # created meanwhile
+                    error = LEADER_NOT_AVAILABLE if exc.code == TOPIC_ALREADY_EXISTS else exc.code  # created meanwhile
         topics.append(_topic(cache, name, error))
     cluster_ops = NO_OPERATIONS
     if ctx.version >= 8:  # authorized operations, when asked for (Kafka's v8-v10 cluster field)
@@ -85,15 +81,15 @@ async def handle(ctx, request):
         if address is not None:
             brokers.append(Response.MetadataResponseBroker(node_id=b.id, host=address[0], port=address[1],
                                                            rack=b.rack))
-    return Response(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
+    return Response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.cluster_id,
                     controller_id=cache.controller_id, topics=topics, cluster_authorized_operations=cluster_ops)
 
 
-def _authorized(ctx, authz, cache, broker, name: str, allow_create: bool) -> bool:
+def _authorized(ctx, authz, cache, name: str, allow_create: bool) -> bool:
     """DESCRIBE on the topic; auto-creating it also needs CREATE on the cluster or the topic."""
     if not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, name):
         return False
-    if name in cache.topics or name in broker.controller.topics or not allow_create:
+    if name in cache.topics or name in ctx.control.topics or not allow_create:
         return True
     return (authz.allowed_quietly(ctx, A.CREATE, A.CLUSTER, A.CLUSTER_NAME)
             or authz.allowed(ctx, A.CREATE, A.TOPIC, name))

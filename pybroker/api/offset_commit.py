@@ -4,8 +4,10 @@ v9+ (KIP-848) answers GROUP_ID_NOT_FOUND where older versions answer ILLEGAL_GEN
 commit (generation >= 0) for a group that does not exist.
 A member of a consumer group (KIP-848) must commit with v9+: older versions get UNSUPPORTED_VERSION.
 """
-from pybroker.coordinator.coordinator import GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION, CommitEntry
+from pybroker.coordinator.coordinator import CommitEntry
 from pybroker.coordinator.group import now_ms
+from pybroker.protocol.errors import (GROUP_AUTHORIZATION_FAILED, GROUP_ID_NOT_FOUND, ILLEGAL_GENERATION,
+                                      TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -14,8 +16,6 @@ MIN_VERSION = 2
 MAX_VERSION = 9
 FIRST_GROUP_ID_NOT_FOUND_VERSION = 9
 DEFAULT_RETENTION = -1  # v2-4 retention_time_ms: -1 = the broker's offsets.retention.minutes
-
-GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION = 30, 29, 35
 
 Response = RESPONSES[API_KEY]
 
@@ -36,16 +36,16 @@ async def handle(ctx, request):
     entries = [CommitEntry(t.name, p.partition_index, p.committed_offset,
                            p.committed_leader_epoch if ctx.version >= 6 else -1, p.committed_metadata, expire)
                for t in request.topics for p in t.partitions]
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     denied = _denied(ctx, authz, request, entries) if authz is not None else None
     if denied:  # ACLs: READ on the group, then on each topic
         entries = [e for e in entries if (e.topic, e.partition) not in denied]
     errors = dict(denied) if denied else {}
-    if ctx.broker.coordinator.consumer.refuses_old_commit(
+    if ctx.coordinator.consumer.refuses_old_commit(
             request.group_id, request.member_id, request.generation_id_or_member_epoch, ctx.version):
         errors.update({(e.topic, e.partition): UNSUPPORTED_VERSION for e in entries})  # KIP-848 members: v9+
     elif entries or not denied:  # a request whose every partition was refused commits nothing
-        _, committed = await ctx.broker.coordinator.commit(
+        _, committed = await ctx.coordinator.commit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
             request.group_instance_id if ctx.version >= 7 else None, entries,
             unknown_group_error=GROUP_ID_NOT_FOUND if ctx.version >= FIRST_GROUP_ID_NOT_FOUND_VERSION

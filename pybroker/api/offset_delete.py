@@ -8,6 +8,7 @@ UNKNOWN_TOPIC_OR_PARTITION, per partition; the rest goes to the group coordinato
 NON_EMPTY_GROUP, NOT_COORDINATOR...) replaces every partition's answer.
 """
 from pybroker.coordinator.offset_deletion import delete_offsets
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -15,18 +16,14 @@ API_KEY = 47
 MIN_VERSION = 0
 MAX_VERSION = 0
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
-GROUP_AUTHORIZATION_FAILED = 30
-
 Response = RESPONSES[API_KEY]
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is not None and not authz.allowed(ctx, A.DELETE, A.GROUP, request.group_id):
         return Response(error_code=GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
-    coordinator = ctx.broker.coordinator
+    coordinator = ctx.coordinator
     answers: dict[str, dict[int, int]] = {}  # topic -> partition -> error, in the order Kafka builds them
     asked = []
     for topic in request.topics:

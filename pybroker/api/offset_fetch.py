@@ -8,6 +8,7 @@ classic groups ignore them, as Kafka does.
 """
 from dataclasses import dataclass, field
 
+from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, UNSTABLE_OFFSET_COMMIT
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -18,9 +19,6 @@ FIRST_ALL_TOPICS_VERSION = 2
 FIRST_REQUIRE_STABLE_VERSION = 7
 FIRST_MULTI_GROUP_VERSION = 8
 FIRST_MEMBER_EPOCH_VERSION = 9
-
-GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 30, 29
-UNSTABLE_OFFSET_COMMIT = 88
 
 Response = RESPONSES[API_KEY]
 
@@ -84,8 +82,8 @@ def _asked(topics):
 
 def _fetch(ctx, group_id: str, asked, require_stable: bool, member=(None, -1)) -> GroupOffsets:
     """``member``: (member id, member epoch) of a v9+ request, else (None, -1)."""
-    authz = ctx.broker.authorizer
-    coordinator = ctx.broker.coordinator
+    authz = ctx.authorizer
+    coordinator = ctx.coordinator
     refused = ()
     if authz is not None and not authz.allowed(ctx, A.DESCRIBE, A.GROUP, group_id):
         error, found, unstable = GROUP_AUTHORIZATION_FAILED, {}, set()

@@ -2,14 +2,13 @@
 import logging
 
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
-UNKNOWN_TOPIC_OR_PARTITION = 3
-TOPIC_AUTHORIZATION_FAILED = 29
 
 Response = RESPONSES[API_KEY]
 log = logging.getLogger(__name__)
@@ -25,12 +24,12 @@ def _denied(ctx, authz, request) -> set:
 
 def handle(ctx, request):
     topics = []
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     denied = _denied(ctx, authz, request) if authz is not None else ()
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
-            partition = ctx.broker.replicas.get(topic.topic, p.partition)
+            partition = ctx.replicas.get(topic.topic, p.partition)
             error, epoch, end = UNKNOWN_TOPIC_OR_PARTITION, -1, -1
             if topic.topic in denied:
                 error = TOPIC_AUTHORIZATION_FAILED

@@ -20,6 +20,14 @@ import struct
 from pybroker.api.leader_hints import LeaderHints
 from pybroker.api.produce_response import ProduceResponse
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
+from pybroker.protocol.errors import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                                      CORRUPT_MESSAGE, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING,
+                                      INVALID_RECORD, INVALID_REQUEST, INVALID_REQUIRED_ACKS, INVALID_TXN_STATE,
+                                      KAFKA_STORAGE_ERROR, NETWORK_EXCEPTION, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS,
+                                      NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, PRODUCER_FENCED,
+                                      REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
+                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE,
+                                      UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.partition import NO_TRANSACTIONAL_ID
 from pybroker.security import acl as A
@@ -32,29 +40,15 @@ FIRST_FLEXIBLE_VERSION = 9  # request header v2, compact fields, tagged fields
 FIRST_LEADER_HINT_VERSION = 10  # KIP-951: current_leader and node_endpoints
 FIRST_ABORTABLE_VERSION = 11  # KIP-890: the producer understands TRANSACTION_ABORTABLE
 
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-INVALID_REQUIRED_ACKS = 21
-TOPIC_AUTHORIZATION_FAILED = 29
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-KAFKA_STORAGE_ERROR = 56
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
-INVALID_PRODUCER_ID_MAPPING = 49
-INVALID_TXN_STATE = 48
-NOT_ENOUGH_REPLICAS = 19
-TRANSACTION_ABORTABLE = 120
 TRANSACTIONAL = 0x10
 _PRODUCER = struct.Struct(">qhi")  # producer id @43, producer epoch @51, base sequence @53
 BATCH_HEADER = 61  # bytes of a record batch before its records
 # coordinator errors a producer might not retry: answered as NOT_ENOUGH_REPLICAS, which it does (as Kafka)
-_RETRIABLE_VERIFY_ERRORS = {13, 14, 15, 16, 51}
+_RETRIABLE_VERIFY_ERRORS = {NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+                            CONCURRENT_TRANSACTIONS}
 # what Kafka's verification answers a producer with instead: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH,
 # TRANSACTION_ABORTABLE -> INVALID_TXN_STATE (what pre-KIP-890-part-2 clients understand)
-_VERIFY_ERROR_FOR_PRODUCER = {90: 47, 120: INVALID_TXN_STATE}
+_VERIFY_ERROR_FOR_PRODUCER = {PRODUCER_FENCED: INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE: INVALID_TXN_STATE}
 ZSTD, FIRST_ZSTD_VERSION = 4, 7
 _HEAD = struct.Struct(">qi")  # base offset, batch length
 _I32 = struct.Struct(">i")
@@ -82,7 +76,7 @@ def handle(ctx, request):
         error = INVALID_REQUIRED_ACKS
     outcomes = {}
     appended = {}
-    authz = ctx.broker.authorizer
+    authz = ctx.services.authorizer
     if authz is not None:  # ACLs: WRITE on the transactional id, then on each topic
         error, topics_to_append = _authorize(ctx, authz, request, topics, error, outcomes)
     else:
@@ -102,7 +96,7 @@ def handle(ctx, request):
                     entries[key] = records
         if request.transactional_id is not None:
             return _append_transactional(ctx, request, topics, entries, outcomes)
-        appended = ctx.broker.replicas.append(acks, entries, NO_TRANSACTIONAL_ID)
+        appended = ctx.services.replicas.append(acks, entries, NO_TRANSACTIONAL_ID)
         for key, outcome in appended.items():
             outcomes[key] = (outcome.error, outcome.result, outcome.message)
     return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, error)
@@ -110,7 +104,7 @@ def handle(ctx, request):
 
 def _finish(ctx, request, topics, entries, appended, outcomes, error):
     acks = request.acks
-    metrics = getattr(ctx.broker, "metrics", None)
+    metrics = ctx.services.metrics
     if metrics is not None:  # pybroker/metrics: plain-int counts per topic, rendered on scrape
         metrics.on_produce(topics, entries, outcomes, error)
     if acks == 0:
@@ -120,7 +114,7 @@ def _finish(ctx, request, topics, entries, appended, outcomes, error):
             raise AcksZeroProduceFailed("acks=0 produce failed (" + ", ".join(failed[:5]) + ")")
         return None
     flushes = {key: o[1].flushed for key, o in outcomes.items() if o[1] is not None and o[1].flushed is not None}
-    replication = ctx.broker.replicas.pending_acks(appended) if acks == -1 and not error else None
+    replication = ctx.services.replicas.pending_acks(appended) if acks == -1 and not error else None
     if flushes or replication:  # flush.messages reached (the fsync runs off the loop) or acks=all waits for the HW
         return _respond_later(ctx, request.timeout_ms, topics, outcomes, error, flushes, replication)
     return _response(ctx, topics, outcomes, error)
@@ -134,10 +128,10 @@ def _append_transactional(ctx, request, topics, entries, outcomes):
     if len({_PRODUCER.unpack_from(entries[key], 43)[:2] for key in keys}) > 1:
         outcomes.clear()  # one transaction, one producer: the whole request is refused
         return _finish(ctx, request, topics, {}, {}, outcomes, INVALID_PRODUCER_ID_MAPPING)
-    if keys and getattr(ctx.broker, "transactions", None) is not None \
-            and getattr(ctx.broker.config, "transaction_partition_verification_enable", True):
+    if keys and ctx.services.transactions is not None \
+            and getattr(ctx.services.config, "transaction_partition_verification_enable", True):
         return _verify_then_append(ctx, request, topics, entries, keys, outcomes)
-    appended = ctx.broker.replicas.append(request.acks, entries, verification={})
+    appended = ctx.services.replicas.append(request.acks, entries, verification={})
     for key, outcome in appended.items():
         outcomes[key] = (outcome.error, outcome.result, outcome.message)
     return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, 0)
@@ -146,11 +140,11 @@ def _append_transactional(ctx, request, topics, entries, outcomes):
 async def _verify_then_append(ctx, request, topics, entries, keys, outcomes):
     """KIP-890: ask the transaction coordinator about the partitions that would open a transaction."""
     pid, epoch, _ = _PRODUCER.unpack_from(entries[keys[0]], 43)
-    replicas = ctx.broker.replicas
+    replicas = ctx.services.replicas
     guards, ask = replicas.start_verification(keys, pid)
     if ask:
         try:
-            errors = await ctx.broker.transactions.verify(request.transactional_id, pid, epoch, ask)
+            errors = await ctx.services.transactions.verify(request.transactional_id, pid, epoch, ask)
         except Exception as exc:  # the coordinator cannot be reached: the producer retries
             errors = {key: NOT_ENOUGH_REPLICAS for key in ask}
             message = f"unable to verify the partition is in the transaction: {exc}"
@@ -184,15 +178,16 @@ async def _respond_later(ctx, timeout_ms, topics, outcomes, error, flushes, repl
         except Exception as exc:
             outcomes[key] = (KAFKA_STORAGE_ERROR, None, f"flush failed: {exc}")
     if replication:
-        for key, code in (await ctx.broker.replicas.wait_for_acks(replication, timeout_ms)).items():
+        for key, code in (await ctx.services.replicas.wait_for_acks(replication, timeout_ms)).items():
             if code and outcomes[key][0] == 0:
                 outcomes[key] = (code, None, _NOT_REPLICATED.get(code))
     return _response(ctx, topics, outcomes, error)
 
 
-_NOT_REPLICATED = {7: "the in-sync replicas did not acknowledge within the request timeout",
-                   6: "leadership moved before the in-sync replicas acknowledged",
-                   20: "written, but fewer in-sync replicas than min.insync.replicas acknowledged it"}
+_NOT_REPLICATED = {REQUEST_TIMED_OUT: "the in-sync replicas did not acknowledge within the request timeout",
+                   NOT_LEADER_OR_FOLLOWER: "leadership moved before the in-sync replicas acknowledged",
+                   NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                       "written, but fewer in-sync replicas than min.insync.replicas acknowledged it"}
 
 
 def _authorize(ctx, authz, request, topics, error, outcomes):
@@ -219,7 +214,7 @@ def _response(ctx, topics, outcomes, error):
             code, result, message = outcomes.get((topic.name, part.index), (error, None, None))
             leader = _NO_LEADER
             if code:  # failures only: successes pay nothing here
-                if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.broker.metadata.partition(topic.name, part.index):
+                if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.services.metadata.partition(topic.name, part.index):
                     code = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker hosts no replica
                 if code == NOT_LEADER_OR_FOLLOWER and ctx.version >= FIRST_LEADER_HINT_VERSION:
                     hints = hints or LeaderHints(ctx)

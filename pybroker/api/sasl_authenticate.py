@@ -4,19 +4,19 @@ Wrong credentials: SASL_AUTHENTICATION_FAILED (58) with Kafka's message, sent af
 ``connection.failed.authentication.delay.ms``; then the connection closes. Without a SaslHandshake
 before it: ILLEGAL_SASL_STATE (34).
 """
+from pybroker.protocol.errors import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security.sasl.authenticator import Exchange
 
 API_KEY = 36
 MIN_VERSION = 0
 MAX_VERSION = 2
-ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = 34, 58
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    sasl = getattr(ctx.broker, "sasl", None)
+    sasl = ctx.sasl
     if sasl is None or type(ctx.session.sasl_state) is not Exchange or ctx.session.sasl_state.raw:
         return Response(error_code=ILLEGAL_SASL_STATE, auth_bytes=b"", session_lifetime_ms=0,
                         error_message="SaslAuthenticate request received after successful authentication"

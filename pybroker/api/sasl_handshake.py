@@ -5,18 +5,18 @@ An unsupported mechanism gets UNSUPPORTED_SASL_MECHANISM (33), after the failed-
 delay, and the connection closes. On a listener without SASL: ILLEGAL_SASL_STATE (34), as Kafka.
 On an authenticated connection it starts a re-authentication (KIP-368).
 """
+from pybroker.protocol.errors import ILLEGAL_SASL_STATE
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 17
 MIN_VERSION = 0
 MAX_VERSION = 1
-ILLEGAL_SASL_STATE = 34
 
 Response = RESPONSES[API_KEY]
 
 
 def handle(ctx, request):
-    sasl = getattr(ctx.broker, "sasl", None)
+    sasl = ctx.sasl
     if sasl is None:
         return Response(error_code=ILLEGAL_SASL_STATE, mechanisms=[])
     code, mechanisms = sasl.handshake(ctx.connection, request.mechanism, ctx.version)

@@ -5,14 +5,14 @@ and carry the broker epoch, v3+ carry a leader epoch and a delete flag per parti
 than the replica's is refused with FENCED_LEADER_EPOCH), v4+ IsKRaftController (any controller).
 """
 from pybroker.api.controller_requests import refusal
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, FENCED_LEADER_EPOCH
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 5
 MIN_VERSION = 0
 MAX_VERSION = 4
 BROKER_EPOCH_SINCE = 1
-FENCED_LEADER_EPOCH = 74
 NO_EPOCH = -1  # versions before 3, and a controller that does not know it: never fenced
 
 Response = RESPONSES[API_KEY]
@@ -42,6 +42,6 @@ def handle(ctx, request):
     error = CLUSTER_AUTHORIZATION_FAILED if cluster_denied(ctx, 9) else refusal(ctx, request, BROKER_EPOCH_SINCE)
     errors = []
     for topic, index, leader_epoch, delete in partitions(ctx.version, request):
-        code = error or stop_one(ctx.broker.replicas, topic, index, leader_epoch, delete)
+        code = error or stop_one(ctx.replicas, topic, index, leader_epoch, delete)
         errors.append(Response.StopReplicaPartitionError(topic_name=topic, partition_index=index, error_code=code))
     return Response(error_code=error, partition_errors=errors)

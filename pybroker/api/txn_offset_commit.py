@@ -7,6 +7,10 @@ unknown topic or partition gets UNKNOWN_TOPIC_OR_PARTITION; v3+ member fields ar
 they name a member.
 """
 from pybroker.coordinator.coordinator import CommitEntry
+from pybroker.protocol.errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                                      GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE,
+                                      PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
+                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -16,9 +20,6 @@ MAX_VERSION = 4
 FIRST_MEMBER_VERSION = 3  # generation, member id and group instance id
 FIRST_LEADER_EPOCH_VERSION = 2
 
-TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 29, 30, 53
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
-INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 47, 48, 90, 120
 FIRST_ABORTABLE_VERSION = 4  # KIP-890: clients that know TRANSACTION_ABORTABLE
 
 Response = RESPONSES[API_KEY]
@@ -46,7 +47,7 @@ def _for_client(error: int, version: int) -> int:
 
 
 async def handle(ctx, request):
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     refusal = _refusal(ctx, authz, request) if authz is not None else 0
     errors = {}
     if refusal:
@@ -67,7 +68,7 @@ async def handle(ctx, request):
                         p.committed_metadata))
         if entries:
             member = ctx.version >= FIRST_MEMBER_VERSION
-            errors.update(await ctx.broker.coordinator.commit_transactional(
+            errors.update(await ctx.coordinator.commit_transactional(
                 request.group_id, request.transactional_id, request.producer_id, request.producer_epoch,
                 request.generation_id if member else -1, request.member_id if member else "",
                 request.group_instance_id if member else None, entries))

@@ -6,8 +6,9 @@ partitions grouped by topic, v7+ topic ids, v8+ IsKRaftController (any controlle
 """
 from pybroker.api.controller_requests import refusal
 from pybroker.controller.metadata_cache import BrokerEndpoint, PartitionState
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security.acl_checks import CLUSTER_AUTHORIZATION_FAILED, cluster_denied
+from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 6
 MIN_VERSION = 0
@@ -53,5 +54,5 @@ def handle(ctx, request):
         states.append(PartitionState(name, p.partition_index, p.leader, p.leader_epoch, tuple(p.isr),
                                      tuple(p.replicas), p.controller_epoch, p.zk_version, tuple(p.offline_replicas)))
     brokers = [BrokerEndpoint(b.id, endpoints(version, b), b.rack) for b in request.live_brokers]
-    ctx.broker.metadata.update(request.controller_id, brokers, states, topic_ids, deleted=deleted)
+    ctx.metadata.update(request.controller_id, brokers, states, topic_ids, deleted=deleted)
     return Response(error_code=0)

@@ -7,6 +7,7 @@ here), NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_F
 NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT. With an authorizer the caller needs CLUSTER_ACTION (or
 ALTER) on the cluster, else every partition gets CLUSTER_AUTHORIZATION_FAILED.
 """
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.txn_marker import TxnMarker
 from pybroker.security import acl as A
@@ -15,7 +16,6 @@ API_KEY = 27
 MIN_VERSION = 0
 MAX_VERSION = 1
 
-CLUSTER_AUTHORIZATION_FAILED = 31
 DEFAULT_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms
 
 Response = RESPONSES[API_KEY]
@@ -31,15 +31,15 @@ def handle(ctx, request):
 
 
 def _denied(ctx) -> bool:
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is None or authz.allowed_quietly(ctx, A.ALTER, A.CLUSTER, A.CLUSTER_NAME):
         return False
     return not authz.allowed(ctx, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME)
 
 
 async def _write(ctx, request, markers):
-    timeout_ms = getattr(ctx.broker.config, "request_timeout_ms", DEFAULT_TIMEOUT_MS)
-    errors = await ctx.broker.replicas.write_txn_markers(markers, timeout_ms)
+    timeout_ms = getattr(ctx.config, "request_timeout_ms", DEFAULT_TIMEOUT_MS)
+    errors = await ctx.replicas.write_txn_markers(markers, timeout_ms)
     return _response(request, errors)
 
 

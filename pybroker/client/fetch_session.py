@@ -9,11 +9,14 @@ idle partitions sends and receives a few bytes per fetch instead of a line per p
 When the session is lost the next Fetch is full again: FETCH_SESSION_ID_NOT_FOUND starts from
 no session (0, 0); any other failure (INVALID_FETCH_SESSION_EPOCH, a lost connection, a timeout,
 another top-level error) asks the broker to close the old session and open a new one (id, 0), as
-Kafka's consumer does; a closing consumer ends its sessions with a last empty Fetch (id, -1). A partition whose topic id changed (the topic was deleted and recreated)
-is forgotten under its old id and added under the new one. A broker that answers a full Fetch
-without a session id (its cache is full) gets full Fetches until it grants one.
+Kafka's consumer does; a closing consumer ends its sessions with a last empty Fetch (id, -1). A
+partition whose topic id changed (the topic was deleted and recreated) is forgotten under its old id
+and added under the new one. A broker that answers a full Fetch without a session id (its cache is
+full) gets full Fetches until it grants one.
 """
 from typing import NamedTuple
+
+from pybroker.protocol.errors import FETCH_SESSION_ID_NOT_FOUND
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -89,7 +92,7 @@ class FetchSession:
     def failed(self, error_code: int | None) -> None:
         """The planned Fetch failed (``error_code`` its top-level code, None for a lost request)."""
         self._pending = None
-        if error_code == 70:  # FETCH_SESSION_ID_NOT_FOUND: the broker no longer has it
+        if error_code == FETCH_SESSION_ID_NOT_FOUND:  # the broker no longer has it
             self.reset()
         else:
             self.restart()

@@ -303,7 +303,8 @@ class Producer(SyncTransactions):
         """Queue one record; ``on_delivery(err, RecordMetadata)`` runs inside poll()/flush()."""
         return self._engine.appender.produce(topic, value, key, partition, timestamp, headers, on_delivery)
 
-    def send(self, topic, value=None, key=None, partition=-1, timestamp=None, headers=None) -> concurrent.futures.Future:
+    def send(self, topic, value=None, key=None, partition=-1, timestamp=None,
+             headers=None) -> concurrent.futures.Future:
         """Queue one record; a Future of its RecordMetadata."""
         if self._engine.txn is not None:
             self._engine.txn.check_produce()
@@ -357,7 +358,8 @@ class Producer(SyncTransactions):
             if st == fast.ST_OK:
                 return None
 
-    def produce_batch(self, topic, values, keys=None, partition=-1, timestamp=None, headers=None) -> concurrent.futures.Future:
+    def produce_batch(self, topic, values, keys=None, partition=-1, timestamp=None,
+                      headers=None) -> concurrent.futures.Future:
         """Queue many records; a Future of [(partition, base_offset, count), ...] (see module doc).
         Blocks while the buffer is full; raises BufferFullError after max.block.ms without room."""
         self._check_open()

@@ -5,7 +5,8 @@ import logging
 
 from pybroker.client.accumulator import now_ms
 from pybroker.client.cluster import backoff_s
-from pybroker.client.errors import INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, KafkaTimeoutError, error_for
+from pybroker.client.errors import (INVALID_METADATA_CODES, KafkaConnectionError, KafkaError, KafkaTimeoutError,
+                                    error_for)
 from pybroker.client.idempotence import sequence_verdict
 from pybroker.client.producer_config import COMPRESSION
 from pybroker.client.types import BrokerMetadata
@@ -138,7 +139,6 @@ class BrokerSender:
         fut.add_done_callback(lambda f: self._on_response(f, batches))
 
     def _on_response(self, fut, batches) -> None:
-        eng = self.engine
         self.inflight -= 1
         try:
             body = fut.result()

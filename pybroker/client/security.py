@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pybroker.client import sasl
 from pybroker.client.errors import ConfigError
+from pybroker.client.tls import client_context
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password"})
@@ -87,7 +88,6 @@ class ClientSecurity:
         return self._context[0]
 
     def _build_context(self) -> _ssl.SSLContext:
-        from pybroker.security.tls import client_context  # the broker's own links use it too
         try:
             ctx = client_context(cafile=self.ca_location, check_hostname=self.check_hostname)
         except (OSError, _ssl.SSLError) as exc:

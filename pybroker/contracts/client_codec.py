@@ -83,9 +83,9 @@ class ClientCodecModule(Protocol):
                        max_records: int = -1) -> tuple[list, int]:
         """Records with offset >= start_offset of every complete batch, decompressed, control batches
         skipped, aborted transactions skipped when read_committed (``aborted`` = (producer_id,
-        first_offset) pairs or objects with those attributes; Kafka's consumer algorithm). Returns (records, next_offset): one past the
-        last complete batch, at least start_offset; when max_records >= 0 stops the list early, the
-        offset of the first record left out."""
+        first_offset) pairs or objects with those attributes; Kafka's consumer algorithm). Returns
+        (records, next_offset): one past the last complete batch, at least start_offset; when
+        max_records >= 0 stops the list early, the offset of the first record left out."""
 
     def decode_columns(self, buf, start_offset: int, read_committed: bool = False,
                        aborted: Sequence | None = None, check_crcs: bool = True,

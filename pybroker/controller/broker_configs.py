@@ -20,6 +20,7 @@ import os
 from pybroker.controller import zk as zkpaths
 from pybroker.errors import BrokerError
 from pybroker.log.config import BROKER_NAMES, LogConfig
+from pybroker.protocol.errors import INVALID_CONFIG, INVALID_REQUEST
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,11 @@ LOCAL_FILE = "dynamic-broker-configs.json"
 
 
 class InvalidBrokerConfigError(BrokerError):
-    code = 40  # INVALID_CONFIG
+    code = INVALID_CONFIG
 
 
 class StaticBrokerConfigError(BrokerError):
-    code = 42  # INVALID_REQUEST, as Kafka answers a key it cannot change live
+    code = INVALID_REQUEST  # as Kafka answers a key it cannot change live
 
 
 def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | None = None) -> None:
@@ -75,10 +76,15 @@ def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | No
 
 
 class DynamicBrokerConfigs:
-    def __init__(self, broker, zk):
-        self.broker = broker
+    """``apply`` takes the effective values (``effective()``) whenever they change; ``static_log`` is
+    the log defaults of the broker's static config, which dynamic log defaults override."""
+
+    def __init__(self, config, apply, static_log: LogConfig, zk):
+        self.config = config
+        self.apply = apply
+        self.static_log = static_log
         self.zk = zk
-        self.entities = {zkpaths.DEFAULT_BROKER: {}, str(broker.config.node_id): {}}  # entity -> {key: value}
+        self.entities = {zkpaths.DEFAULT_BROKER: {}, str(config.node_id): {}}  # entity -> {key: value}
         self.loop = None
 
     async def startup(self) -> None:
@@ -103,23 +109,23 @@ class DynamicBrokerConfigs:
         if self.entities.get(entity) != configs:
             self.entities[entity] = configs
             log.info("dynamic configs of broker %s: %s", entity, configs or "(none)")
-            self.broker.apply_dynamic_configs(self.effective())
+            self.apply(self.effective())
 
     def effective(self) -> dict:
         """{key: int value} for every dynamic key: this broker's, else the default's, else Kafka's
         default; and under "log" the dynamic log defaults {key: value} (the broker's over the default's)."""
-        mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
+        mine, default = self.entities[str(self.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
         out = {k: (float if k in DECIMALS else int)(mine.get(k, default.get(k, self._default(k)))) for k in DYNAMIC}
         out["log"] = {k: v for k, v in {**default, **mine}.items() if k in LOG_KEYS}
         return out
 
     def _default(self, key: str) -> int:
         d = DYNAMIC[key]
-        return getattr(self.broker.config, key.replace(".", "_")) if d is None else d
+        return getattr(self.config, key.replace(".", "_")) if d is None else d
 
     def describe_log(self) -> dict:
         """{log key: [(value, source)] most specific first} for the dynamic log defaults that are set."""
-        mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
+        mine, default = self.entities[str(self.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
         out = {}
         for key in sorted(LOG_KEYS & (set(mine) | set(default))):
             out[key] = ([(mine[key], DYNAMIC_BROKER_CONFIG)] if key in mine else []) + \
@@ -134,7 +140,7 @@ class DynamicBrokerConfigs:
 
     def describe(self) -> dict:
         """{key: (value, source or None when at Kafka's default)} for DescribeConfigs."""
-        mine, default = self.entities[str(self.broker.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
+        mine, default = self.entities[str(self.config.node_id)], self.entities[zkpaths.DEFAULT_BROKER]
         out = {}
         for key in DYNAMIC:
             d = self._default(key)
@@ -155,7 +161,8 @@ class DynamicBrokerConfigs:
             if value is None:
                 current.pop(key, None)
             else:
-                current[key] = str(value).strip() if key in LOG_KEYS else str((float if key in DECIMALS else int)(value))
+                current[key] = (str(value).strip() if key in LOG_KEYS
+                                else str((float if key in DECIMALS else int)(value)))
         others = [c for e, c in self.entities.items() if e != entity]
         merged = {k: v for c in others + [current] for k, v in c.items() if k in LOG_KEYS}
         validate({}, merged, self.static_log)
@@ -165,17 +172,13 @@ class DynamicBrokerConfigs:
         if entity in self.entities:
             self._set(entity, current)
 
-    @property
-    def static_log(self) -> LogConfig:
-        return getattr(self.broker, "static_log_config", None) or self.broker.config.log
-
 
 class LocalDynamicBrokerConfigs(DynamicBrokerConfigs):
     """A single node's dynamic broker configs: ``dynamic-broker-configs.json`` in the first log dir,
     ``{"format": 1, "brokers": {"<default>": {key: value}, "<id>": {...}}}``, rewritten atomically."""
 
-    def __init__(self, broker, log_dir: str):
-        super().__init__(broker, None)
+    def __init__(self, config, apply, static_log: LogConfig, log_dir: str):
+        super().__init__(config, apply, static_log, None)
         self.path = os.path.join(log_dir, LOCAL_FILE)
 
     def _read(self) -> dict:
@@ -189,7 +192,7 @@ class LocalDynamicBrokerConfigs(DynamicBrokerConfigs):
         for entity, configs in self._read().items():
             if entity in self.entities:
                 self.entities[entity] = configs
-        self.broker.apply_dynamic_configs(self.effective())
+        self.apply(self.effective())
 
     async def startup(self) -> None:
         self.loop = asyncio.get_running_loop()

@@ -9,8 +9,9 @@ import asyncio
 import json
 import logging
 
-from pybroker.controller.controller import INTERNAL_TOPICS, InternalTopicError, TopicDeletionDisabledError, \
-    check_new_topic, describe_topic_configs, new_overrides
+from pybroker.controller.topic_rules import (INTERNAL_TOPICS, InternalTopicError, TopicDeletionDisabledError,
+                                             check_assignment, check_new_topic, describe_topic_configs,
+                                             new_overrides)
 from pybroker.controller.metadata_store import (InvalidPartitionsError, TopicExistsError, TopicRecord,
                                                 UnknownTopicError, random_uuid, uuid_to_base64)
 from pybroker.controller import zk as zkpaths
@@ -18,25 +19,23 @@ from pybroker.controller.placement import assign_replicas
 from pybroker.controller.zk_controller import topic_uuid
 from pybroker.errors import BrokerError
 from pybroker.log.config import LogConfig
+from pybroker.protocol.errors import REQUEST_TIMED_OUT
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 30.0
 
 
-class InvalidReplicaAssignmentError(BrokerError):
-    code = 39  # INVALID_REPLICA_ASSIGNMENT
-
-
 class RequestTimedOutError(BrokerError):
-    code = 7  # REQUEST_TIMED_OUT
+    code = REQUEST_TIMED_OUT
 
 
 class ClusterTopics:
-    def __init__(self, broker, zk):
-        self.broker = broker
-        self.config = broker.config
+    def __init__(self, host, zk):
+        self.host = host  # a ControlHost
+        self.config = host.config
         self.zk = zk
+        self.on_partitions_added = None  # the controller's "partitions" event, while it runs here
         self.topics: dict[str, TopicRecord] = {}
         self.assignments: dict[str, dict] = {}
         self._watched: set = set()
@@ -99,8 +98,8 @@ class ClusterTopics:
         record = self.topics.get(name)
         grew = record is not None and record.partitions and len(assignment) > record.partitions
         self._set_topic(name, topic_id, assignment, record.configs if record else {})
-        if grew and self.broker.zk_controller is not None:
-            self.broker.zk_controller.enqueue("partitions")
+        if grew and self.on_partitions_added is not None:
+            self.on_partitions_added()
 
     def _set_configs(self, name, configs) -> None:
         record = self.topics.get(name)
@@ -109,7 +108,7 @@ class ClusterTopics:
             return
         if record.configs != configs:
             record.configs = configs
-            self.broker.apply_log_config(name)
+            self.host.apply_log_config(name)
 
     def _drop_topic(self, name) -> None:
         self.topics.pop(name, None)
@@ -121,23 +120,14 @@ class ClusterTopics:
     # ---- admin ------------------------------------------------------------------------------
 
     def _live(self) -> list:
-        return sorted(self.broker.metadata.brokers)
+        return sorted(self.host.metadata.brokers)
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                            configs: dict | None = None, validate_only: bool = False, assignment: dict | None = None,
                            wait: bool = True):
         live = self._live()
         if assignment:
-            partitions, replication_factor = len(assignment), len(next(iter(assignment.values())))
-            for p, replicas in assignment.items():
-                if len(set(replicas)) != len(replicas) or len(replicas) != replication_factor:
-                    raise InvalidReplicaAssignmentError(f"partition {p}: replicas {replicas} are not distinct or "
-                                                        "not of one replication factor")
-                unknown = [b for b in replicas if b not in live]
-                if unknown:
-                    raise InvalidReplicaAssignmentError(f"partition {p}: unknown broker ids {unknown}")
-            if sorted(assignment) != list(range(partitions)):
-                raise InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
+            partitions, replication_factor = check_assignment(assignment, live)
         partitions, replication_factor, configs = check_new_topic(
             self.config, name, partitions, replication_factor, configs, live_brokers=len(live))
         if name in self.topics:
@@ -159,13 +149,13 @@ class ClusterTopics:
         return await self.create_topic(name, wait=False)
 
     def _has_leaders(self, name: str, partitions: int) -> bool:
-        meta = self.broker.metadata.topics.get(name)
+        meta = self.host.metadata.topics.get(name)
         return meta is not None and all(p in meta.partitions and meta.partitions[p].leader >= 0
                                         for p in range(partitions))
 
     async def _wait_for(self, condition, what: str) -> None:
         try:
-            await self.broker.metadata.wait_for(condition, WAIT_S)
+            await self.host.metadata.wait_for(condition, WAIT_S)
         except asyncio.TimeoutError:
             raise RequestTimedOutError(f"timed out waiting for {what}") from None
 
@@ -177,7 +167,7 @@ class ClusterTopics:
         if name not in self.topics and await asyncio.to_thread(self.zk.topic, name) is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
         await asyncio.to_thread(self.zk.mark_for_deletion, name)
-        await self._wait_for(lambda: name not in self.broker.metadata.topics, f"topic {name} to be deleted")
+        await self._wait_for(lambda: name not in self.host.metadata.topics, f"topic {name} to be deleted")
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         found = await asyncio.to_thread(self.zk.topic_znode, name)

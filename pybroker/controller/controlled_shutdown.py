@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 from pybroker.client.connection import BrokerConnection
+from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import REQUESTS
 from pybroker.security.inter_broker import inter_broker_security
 
@@ -15,38 +16,37 @@ log = logging.getLogger(__name__)
 API_KEY, VERSION = 7, 3
 
 
-async def ask_controller(broker) -> tuple[int, list]:
-    """One ControlledShutdown round trip: (error code, partitions still led here)."""
-    cfg = broker.config
-    controller = broker.metadata.controller_id
-    local = broker.zk_controller
-    if controller == broker.node_id and local is not None and local.active:
-        return await local.controlled_shutdown(broker.node_id, broker.broker_epoch)
-    endpoint = broker.metadata.brokers.get(controller)
-    address = endpoint.address(cfg.inter_broker_listener.name) if endpoint is not None else None
+async def ask_controller(config, metadata, broker_epoch: int, local) -> tuple[int, list]:
+    """One ControlledShutdown round trip: (error code, partitions still led here). ``local``: this
+    broker's controller (a ZkController), asked in-process when it is the active one."""
+    node_id = config.node_id
+    controller = metadata.controller_id
+    if controller == node_id and local is not None and local.active:
+        return await local.controlled_shutdown(node_id, broker_epoch)
+    endpoint = metadata.brokers.get(controller)
+    address = endpoint.address(config.inter_broker_listener.name) if endpoint is not None else None
     if address is None:
         return -1, []  # no controller known yet: ask again after the backoff
-    timeout = cfg.controller_socket_timeout_ms / 1000
-    conn = await BrokerConnection.open(*address, client_id=f"broker-{broker.node_id}-shutdown",
+    timeout = config.controller_socket_timeout_ms / 1000
+    conn = await BrokerConnection.open(*address, client_id=f"broker-{node_id}-shutdown",
                                        timeout_s=timeout, request_timeout_s=timeout, node_id=controller,
-                                       security=inter_broker_security(cfg))
+                                       security=inter_broker_security(config))
     try:
-        resp = await conn.request(REQUESTS[API_KEY](broker_id=broker.node_id, broker_epoch=broker.broker_epoch),
-                                  VERSION)
+        resp = await conn.request(REQUESTS[API_KEY](broker_id=node_id, broker_epoch=broker_epoch), VERSION)
     finally:
         await conn.close()
     return resp.error_code, [(p.topic_name, p.partition_index) for p in resp.remaining_partitions]
 
 
-async def controlled_shutdown(broker) -> bool:
-    """True once no partition is led here any more; False when the retries ran out."""
-    cfg = broker.config
+async def controlled_shutdown(cfg, ask) -> bool:
+    """True once no partition is led here any more; False when the retries ran out. ``ask()``: one
+    round trip to the controller, (error code, partitions still led here)."""
     attempts = cfg.controlled_shutdown_max_retries + 1
     for attempt in range(1, attempts + 1):
         try:
-            error, remaining = await ask_controller(broker)
+            error, remaining = await ask()
         except Exception as exc:  # the controller may be moving or gone: retry like any failure
-            error, remaining = -1, []
+            error, remaining = UNKNOWN_SERVER_ERROR, []
             log.info("controlled shutdown: asking the controller failed: %s", exc)
         if error == 0 and not remaining:
             log.info("controlled shutdown: no partition is led here any more")

@@ -14,7 +14,6 @@ Files (in ``log_dir``):
 A change is written to disk before it becomes visible in memory, so a failed write changes
 nothing. Records handed out are snapshots: changes replace them, never mutate them.
 """
-import base64
 import json
 import os
 import re
@@ -26,7 +25,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 from pybroker.config import ConfigError, check_cluster_id, parse_properties
-from pybroker.errors import BrokerError
+from pybroker.errors import (InconsistentClusterIdError, InconsistentNodeIdError, InvalidConfigError,  # noqa: F401
+                             InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
+                             MetadataCorruptError, MetadataError, TopicExistsError, UnknownTopicError)
+from pybroker.ids import new_cluster_id, random_uuid, uuid_to_base64  # noqa: F401  (the store's ids)
 from pybroker.log.checkpoint import fsync_dir
 
 META_PROPERTIES = "meta.properties"
@@ -34,70 +36,6 @@ METADATA_FILE = "pybroker-metadata.json"
 FORMAT = 1
 MAX_TOPIC_NAME = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-class MetadataError(BrokerError):
-    """Base of the metadata store's errors; ``code`` is the Kafka error code."""
-    code = -1
-
-    def __str__(self) -> str:  # KeyError subclasses would otherwise print repr(message)
-        return str(self.args[0]) if self.args else ""
-
-
-class TopicExistsError(MetadataError, KeyError):
-    code = 36  # TOPIC_ALREADY_EXISTS
-
-
-class UnknownTopicError(MetadataError, KeyError):
-    code = 3  # UNKNOWN_TOPIC_OR_PARTITION
-
-
-class InvalidTopicError(MetadataError, ValueError):
-    code = 17  # INVALID_TOPIC_EXCEPTION
-
-
-class InvalidPartitionsError(MetadataError, ValueError):
-    code = 37  # INVALID_PARTITIONS
-
-
-class InvalidReplicationFactorError(MetadataError, ValueError):
-    code = 38  # INVALID_REPLICATION_FACTOR
-
-
-class InvalidConfigError(MetadataError, ValueError):
-    code = 40  # INVALID_CONFIG
-
-
-class InconsistentClusterIdError(MetadataError):
-    """meta.properties names another cluster (Kafka's InconsistentClusterIdException)."""
-    code = 104  # INCONSISTENT_CLUSTER_ID
-
-
-class InconsistentNodeIdError(MetadataError):
-    """meta.properties names another node (Kafka's InconsistentBrokerIdException)."""
-
-
-class MetadataCorruptError(MetadataError):
-    """meta.properties or the topic table cannot be read; needs an operator, not a guess."""
-    code = 56  # KAFKA_STORAGE_ERROR
-
-
-def random_uuid() -> uuid.UUID:
-    """A random UUID as Kafka makes them: never the reserved 0/1, never '-' first in base64."""
-    while True:
-        u = uuid.uuid4()
-        if u.int > 1 and not uuid_to_base64(u).startswith("-"):
-            return u
-
-
-def uuid_to_base64(u: uuid.UUID) -> str:
-    """Kafka's string form of a UUID: unpadded base64url of its 16 bytes."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
-
-
-def new_cluster_id() -> str:
-    """A fresh Kafka cluster id: 22 characters of unpadded base64url."""
-    return uuid_to_base64(random_uuid())
 
 
 def validate_topic_name(name) -> None:

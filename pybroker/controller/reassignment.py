@@ -13,10 +13,10 @@ Cancelling reverts to ORS the same way: the adding replicas are stopped and dele
 """
 import logging
 
-from pybroker.controller.reassignment_plan import (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS,
-                                                   UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, Reassignment,
-                                                   check_target, from_znode)
+from pybroker.controller.elections import reassignment_refusal
+from pybroker.controller.reassignment_plan import Reassignment, from_znode
 from pybroker.controller.zk import LeaderIsr, encode_state, state_path
+from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,14 @@ class Reassigner:
 
     async def _alter_one(self, key, target):
         ctl = self.ctl
-        if key[0] in ctl.deleting or key not in ctl.states or key[1] not in ctl.assignments.get(key[0], {}):
-            return UNKNOWN_TOPIC_OR_PARTITION, f"no partition {key[1]} of topic {key[0]!r}"
         ongoing = self.ongoing.get(key)
+        refused = reassignment_refusal(ctl, key, target, ongoing, ctl.deleting)
+        if refused:
+            return refused
         if target is None:
-            if ongoing is None:
-                return NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {key[0]}-{key[1]} is in progress"
             log.info("cancelling the reassignment of %s-%d: back to %s", *key, list(ongoing.original))
             await self._finish(key, ongoing.original, dropped=ongoing.adding)
             return 0, None
-        problem = check_target(target, ctl.live)
-        if problem:
-            return INVALID_REPLICA_ASSIGNMENT, problem
         current = tuple(ctl.assignments[key[0]][key[1]])
         original = ongoing.original if ongoing else current
         if ongoing is None and target == current:

@@ -2,9 +2,6 @@
 no ZooKeeper here, so a single node answers the same API from it."""
 from dataclasses import dataclass
 
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS = 3, 39, 85
-UNKNOWN_SERVER_ERROR = -1
-
 
 @dataclass(frozen=True)
 class Reassignment:

@@ -20,9 +20,12 @@ from dataclasses import replace
 
 from pybroker.controller import zk as zkpaths
 from pybroker.controller.channel import ControllerChannel
+from pybroker.controller.elections import (NO_LEADER, PREFERRED, elect_leader, election_choice, led_by, move_off,
+                                           replicas_items, run_elections)
 from pybroker.controller.metadata_cache import PartitionState
 from pybroker.controller.reassignment import Reassigner
 from pybroker.controller.zk import ControllerMovedError, LeaderIsr, encode_state, state_path
+from pybroker.protocol.errors import BROKER_NOT_AVAILABLE, NOT_CONTROLLER, STALE_BROKER_EPOCH, UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import REQUESTS
 from pybroker.security.inter_broker import inter_broker_security
 
@@ -33,11 +36,7 @@ LEADER_AND_ISR, LEADER_AND_ISR_VERSION = 4, 7
 UPDATE_METADATA, UPDATE_METADATA_VERSION = 6, 8
 STOP_REPLICA, STOP_REPLICA_VERSION = 5, 4
 RECOVERED = 0  # KIP-704 leader recovery state: elections here never leave a partition recovering
-NO_LEADER = -1
 LEADER_DURING_DELETE = -2
-UNKNOWN_SERVER_ERROR, BROKER_NOT_AVAILABLE, NOT_CONTROLLER, STALE_BROKER_EPOCH = -1, 8, 41, 77
-UNKNOWN_TOPIC_OR_PARTITION, ELIGIBLE_LEADERS_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 3, 83, 84
-PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
 
 
 def topic_uuid(topic_id: str | None) -> uuid.UUID:
@@ -46,26 +45,12 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
-def elect_leader(replicas, isr, live, unclean: bool) -> tuple[int, tuple]:
-    """(leader, isr) after ``live`` changed: Kafka's offline-partition election."""
-    live_isr = tuple(r for r in isr if r in live)
-    for r in replicas:
-        if r in live_isr:
-            return r, live_isr
-    if unclean:
-        for r in replicas:
-            if r in live:
-                log.warning("unclean leader election: %d was not in the ISR %s", r, list(isr))
-                return r, (r,)
-    return NO_LEADER, tuple(isr)  # offline; the last ISR stays, so one of them leads when back
-
-
 class ZkController:
-    def __init__(self, broker, zk):
-        self.broker = broker
+    def __init__(self, host, zk):
+        self.host = host  # a ControlHost
         self.zk = zk
-        self.config = broker.config
-        self.node_id = broker.node_id
+        self.config = host.config
+        self.node_id = host.config.node_id
         self.loop = None
         self.events: asyncio.Queue = asyncio.Queue()
         self.active = False
@@ -110,7 +95,7 @@ class ZkController:
             current = int(json.loads(data)["brokerid"]) if data else -1
         except (ValueError, KeyError, TypeError):
             current = -1
-        self.loop.call_soon_threadsafe(self.broker.metadata.set_controller, current)
+        self.loop.call_soon_threadsafe(self.host.metadata.set_controller, current)
         self.enqueue("elect")
 
     async def shutdown(self) -> None:
@@ -235,9 +220,7 @@ class ZkController:
         await self.reassigner.maybe_complete()
 
     def _replicas_items(self):
-        for topic, assignment in self.assignments.items():
-            for p, replicas in assignment.items():
-                yield (topic, p), replicas
+        return replicas_items(self)
 
     async def _remove_from_isr(self, gone: set) -> set:
         """Gone brokers leave every ISR (a gone leader: a new one from the live ISR)."""
@@ -251,7 +234,7 @@ class ZkController:
                 leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
             else:
                 leader, isr = s.leader, tuple(r for r in s.isr if r not in gone)
-            if await self._write_state(key, leader, isr, s):
+            if await self.write_state(key, leader, isr, s):
                 changed.add(key)
         return changed
 
@@ -265,11 +248,11 @@ class ZkController:
                                        self.config.unclean_leader_election_enable)
             if leader == NO_LEADER and s.leader == NO_LEADER:
                 continue
-            if await self._write_state(key, leader, isr, s):
+            if await self.write_state(key, leader, isr, s):
                 changed.add(key)
         return changed
 
-    async def _write_state(self, key, leader: int, isr: tuple, old: LeaderIsr) -> bool:
+    async def write_state(self, key, leader: int, isr: tuple, old: LeaderIsr) -> bool:
         """A new leader epoch, written behind the controller-epoch check; retried on a newer version."""
         for _ in range(5):
             new = LeaderIsr(leader, old.leader_epoch + 1, tuple(isr), self.epoch, old.version)
@@ -286,7 +269,8 @@ class ZkController:
             self.states[key] = old = fresh
             replicas = self.assignments[key[0]][key[1]]
             if leader not in fresh.isr and leader != NO_LEADER:
-                leader, isr = elect_leader(replicas, fresh.isr, set(self.live), self.config.unclean_leader_election_enable)
+                leader, isr = elect_leader(replicas, fresh.isr, set(self.live),
+                                           self.config.unclean_leader_election_enable)
             else:
                 isr = tuple(r for r in fresh.isr if r in self.live) or fresh.isr
         return False
@@ -312,32 +296,12 @@ class ZkController:
             return BROKER_NOT_AVAILABLE, []
         if info.epoch != broker_epoch:
             return STALE_BROKER_EPOCH, []
-        if broker_id not in self.shutting_down:
-            log.info("controlled shutdown of broker %d", broker_id)
-        self.shutting_down.add(broker_id)
-        eligible = set(self.live) - self.shutting_down
-        changed = []
-        for key, replicas in list(self._replicas_items()):
-            s = self.states.get(key)
-            if s is None or broker_id not in s.isr or len(replicas) < 2:
-                continue
-            isr = tuple(r for r in s.isr if r != broker_id)
-            if s.leader == broker_id:
-                others = [r for r in replicas if r in isr and r in eligible]
-                if not others:
-                    continue  # no one else in sync: it keeps leading, and says so
-                leader = others[0]
-            elif s.leader == NO_LEADER or not isr:
-                continue
-            else:
-                leader = s.leader
-            if await self._write_state(key, leader, isr, s):
-                changed.append(key)
+        changed = await move_off(self, broker_id)
         if changed:
             self.send_stop_replica(broker_id, changed, delete=False)
             self.send_leader_and_isr(changed, {b: i for b, i in self.live.items() if b != broker_id})
             self.send_update_metadata(changed)
-        return 0, sorted(k for k, s in self.states.items() if s.leader == broker_id)
+        return 0, led_by(self, broker_id)
 
     async def elect_leaders(self, election_type: int, keys) -> dict | int:
         """ElectLeaders: {(topic, partition): error} (``keys`` None: every partition that needs one),
@@ -354,41 +318,11 @@ class ZkController:
                 done.set_result({k: UNKNOWN_SERVER_ERROR for k in keys or ()})
 
     def _election_choice(self, election_type: int, key) -> tuple[int, int, tuple]:
-        """(error, new leader, new ISR) of a preferred or unclean election of one partition."""
-        s, replicas = self.states[key], self.assignments[key[0]][key[1]]
-        eligible = set(self.live) - self.shutting_down
-        if election_type == PREFERRED:
-            preferred = replicas[0]
-            if s.leader == preferred:
-                return ELECTION_NOT_NEEDED, s.leader, s.isr
-            if preferred in eligible and preferred in s.isr:
-                return 0, preferred, s.isr
-            return ELIGIBLE_LEADERS_NOT_AVAILABLE, s.leader, s.isr
-        if s.leader in self.live:
-            return ELECTION_NOT_NEEDED, s.leader, s.isr
-        leader, isr = elect_leader(replicas, s.isr, eligible, unclean=True)
-        if leader == NO_LEADER:
-            return ELIGIBLE_LEADERS_NOT_AVAILABLE, s.leader, s.isr
-        return 0, leader, isr
+        return election_choice(self, election_type, key)
 
     async def _run_elections(self, election_type: int, keys) -> dict:
-        if keys is None:  # every partition: only those that need it are reported, as Kafka does
-            keys = [k for k in self.states if self._election_choice(election_type, k)[0] != ELECTION_NOT_NEEDED]
-        results, changed = {}, []
-        for key in keys:
-            if key not in self.states or key[0] not in self.assignments:
-                results[key] = UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            error, leader, isr = self._election_choice(election_type, key)
-            if error == 0:
-                if await self._write_state(key, leader, isr, self.states[key]):
-                    changed.append(key)
-                else:
-                    error = ELIGIBLE_LEADERS_NOT_AVAILABLE
-            results[key] = error
+        results, changed = await run_elections(self, election_type, keys)
         if changed:
-            log.info("%s election moved the leaders of %d partition(s)",
-                     "preferred" if election_type == PREFERRED else "unclean", len(changed))
             self.send_leader_and_isr(changed, self.live)
             self.send_update_metadata(changed)
         return results

@@ -13,20 +13,17 @@ member joined with, and its rebalance timeout both to sync after a join and to r
 """
 import logging
 
-from pybroker.controller.metadata_store import random_uuid, uuid_to_base64
+from pybroker.ids import random_uuid, uuid_to_base64
 from pybroker.coordinator import consumer_protocol as cp
-from pybroker.coordinator.consumer_group import UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, ClassicProtocol, ConsumerMember
+from pybroker.coordinator.heartbeat_request import HeartbeatRequest
+from pybroker.coordinator.consumer_group import (UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, ClassicProtocol,
+                                                 ConsumerMember)
+from pybroker.protocol.errors import (FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION,
+                                      INCONSISTENT_GROUP_PROTOCOL, MEMBER_ID_REQUIRED, NONE, REBALANCE_IN_PROGRESS,
+                                      UNKNOWN_MEMBER_ID)
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
 UNKNOWN_MEMBER = ""
 
 
@@ -40,7 +37,6 @@ class ClassicMembers:
     def join(self, group, member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
              protocol_type, protocols, require_known_member_id):
         """(error, member id, member epoch, protocol name)."""
-        from pybroker.coordinator.consumer_coordinator import HeartbeatRequest
         unknown = member_id == UNKNOWN_MEMBER
         if unknown:
             member_id = uuid_to_base64(random_uuid())

@@ -21,30 +21,21 @@ import logging
 import time
 from dataclasses import dataclass
 
-from pybroker.controller.metadata_store import random_uuid, uuid_to_base64
+from pybroker.ids import random_uuid, uuid_to_base64
 from pybroker.coordinator import assignors_server as assignors
 from pybroker.coordinator import consumer_protocol, group_migration, topic_regex
 from pybroker.coordinator.classic_members import ClassicMembers
 from pybroker.coordinator.group import now_ms
+from pybroker.coordinator.heartbeat_request import HeartbeatRequest
 from pybroker.coordinator.consumer_group import (LEAVE_EPOCH, STATIC_LEAVE_EPOCH, UNREVOKED_PARTITIONS,
                                                  ConsumerGroup, ConsumerMember, is_subset, same)
+from pybroker.protocol.errors import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND,
+                                      GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INVALID_REGULAR_EXPRESSION,
+                                      INVALID_REQUEST, NONE, NON_EMPTY_GROUP, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
+                                      UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, UNSUPPORTED_VERSION)
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-INVALID_REQUEST = 42
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-UNSUPPORTED_VERSION = 35
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
 FIRST_CONSUMER_COMMIT_VERSION = 9  # OffsetCommit: members of consumer groups send v9+ (Kafka refuses older)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # never matched by a regex
 METADATA_REFRESH_S = 1.0  # how stale a group's view of its topics (and regex matches) may get
@@ -58,21 +49,6 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: dict | None = None  # topic id -> frozenset of partitions, None: unchanged
-
-
-@dataclass
-class HeartbeatRequest:
-    """The fields of a ConsumerGroupHeartbeat, decoded (owned: topic id -> frozenset, None: unsaid)."""
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_names: list | None = None
-    subscribed_regex: str | None = None
-    server_assignor: str | None = None
-    owned: dict | None = None
 
 
 class ConsumerGroupCoordinator:
@@ -253,7 +229,8 @@ class ConsumerGroupCoordinator:
         if member is not None:  # a known member at epoch 0: only one that missed the answer to its join
             return self._check_epoch(member, req)
         if len(group.members) >= self.max_size:
-            return None, GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of {self.max_size} members."
+            return (None, GROUP_MAX_SIZE_REACHED,
+                    f"The consumer group has reached its maximum capacity of {self.max_size} members.")
         member = ConsumerMember(member_id, req.instance_id)
         group.add(member)  # its subscription, set next, moves the group epoch
         log.info("group %s: member %s joined", group.group_id, member_id)
@@ -386,7 +363,8 @@ class ConsumerGroupCoordinator:
                 return HeartbeatResult(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
                                        f"{req.instance_id} is not the member that uses it.")
         if member is None or member.classic is not None:
-            return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
+            return HeartbeatResult(UNKNOWN_MEMBER_ID,
+                                   f"Member {req.member_id} is not a member of group {req.group_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:  # a static member steps out; its partitions wait for it
             if member.member_epoch != STATIC_LEAVE_EPOCH:
                 member.previous_epoch, member.member_epoch = member.member_epoch, STATIC_LEAVE_EPOCH

@@ -21,24 +21,13 @@ from pybroker.coordinator import records
 from pybroker.coordinator.consumer_coordinator import ConsumerGroupCoordinator
 from pybroker.coordinator.group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE,
                                         Group, Member, now_ms)
+from pybroker.protocol.errors import (COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND,
+                                      ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+                                      INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, NON_EMPTY_GROUP,
+                                      NOT_COORDINATOR, OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS,
+                                      UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION)
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 
 # Kafka's broker defaults, hardcoded here (not configurable keys of this broker)
 GROUP_MIN_SESSION_TIMEOUT_MS = 6000       # group.min.session.timeout.ms
@@ -95,7 +84,7 @@ class GroupCoordinator:
     @property
     def topics(self):
         """name -> topic record (for partition counts)."""
-        return self.store.controller.topics
+        return self.store.control.topics
 
     def startup(self) -> None:
         self._loop = asyncio.get_running_loop()

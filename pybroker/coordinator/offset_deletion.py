@@ -7,13 +7,10 @@ GROUP_SUBSCRIBED_TO_TOPIC; a KIP-848 consumer group is treated the same at any s
 go as tombstones in ``__consumer_offsets``, so a restart's replay leaves them deleted.
 """
 from pybroker.coordinator.group import DEAD, EMPTY
+from pybroker.protocol.errors import GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, NONE, NON_EMPTY_GROUP
 from pybroker.protocol.messages import DATA
 from pybroker.protocol.primitives import DecodeError
 
-NONE = 0
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 CONSUMER_PROTOCOL_TYPE = "consumer"
 _VERSION_PREFIX = 2  # a subscription starts with its int16 version; the v0 body is every version's prefix
 

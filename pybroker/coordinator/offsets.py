@@ -20,10 +20,14 @@ import struct
 
 from pybroker.coordinator import records
 from pybroker.coordinator.group import now_ms
-from pybroker.controller.metadata_store import TopicExistsError
-from pybroker.asyncutil import settle
+from pybroker.errors import TopicExistsError
 from pybroker.errors import BrokerError
 from pybroker.coordinator.txn_offsets import CoordinatorSequences, PendingOffset, PendingTxnOffsets
+from pybroker.protocol.errors import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                                      INVALID_COMMIT_OFFSET_SIZE, INVALID_FETCH_SIZE, INVALID_TXN_STATE,
+                                      KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, NETWORK_EXCEPTION, NOT_COORDINATOR,
+                                      NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
+                                      RECORD_LIST_TOO_LARGE, TRANSACTION_ABORTABLE, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.records import (CONTROL, HEADER, TRANSACTIONAL, Record, build_batch, decode_control_record,
                               decode_records)
 
@@ -33,15 +37,15 @@ TOPIC = "__consumer_offsets"
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}  # Kafka's offsets.topic.segment.bytes
 READ_CHUNK = 1 << 20
 OFFSET_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms
-NOT_COORDINATOR = 16
-NOT_LEADER_OR_FOLLOWER = 6
-INVALID_TXN_STATE = 48
-TRANSACTION_ABORTABLE = 120
-NETWORK_EXCEPTION = 13
 MARKER_REPLICATION_WAITS = 12  # rounds of OFFSET_COMMIT_TIMEOUT_MS before a marker's offsets apply anyway
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 # Kafka's maybeConvertOffsetCommitError: append errors as a group coordinator's client understands them
-_COMMIT_ERRORS = {13: 14, 3: 15, 19: 15, 20: 15, 6: 16, 56: 16, 10: 28, 18: 28, 4: 28}
+_COMMIT_ERRORS = {NETWORK_EXCEPTION: COORDINATOR_LOAD_IN_PROGRESS,
+                  UNKNOWN_TOPIC_OR_PARTITION: COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS: COORDINATOR_NOT_AVAILABLE,
+                  NOT_ENOUGH_REPLICAS_AFTER_APPEND: COORDINATOR_NOT_AVAILABLE,
+                  NOT_LEADER_OR_FOLLOWER: NOT_COORDINATOR, KAFKA_STORAGE_ERROR: NOT_COORDINATOR,
+                  MESSAGE_TOO_LARGE: INVALID_COMMIT_OFFSET_SIZE, RECORD_LIST_TOO_LARGE: INVALID_COMMIT_OFFSET_SIZE,
+                  INVALID_FETCH_SIZE: INVALID_COMMIT_OFFSET_SIZE}
 
 
 def commit_error(code: int) -> int:
@@ -55,9 +59,9 @@ class OffsetStore:
     forgotten when it stops leading it; groups in partitions led elsewhere are NOT_COORDINATOR.
     """
 
-    def __init__(self, config, broker):
+    def __init__(self, config, services):
         self.config = config
-        self.broker = broker
+        self.services = services  # pybroker.services.Services: replicas, metadata, control, transactions
         self.coordinator = None  # told when partitions load and unload
         self.partitions = config.offsets_topic_num_partitions
         self.offsets: dict[str, dict[tuple[str, int], records.OffsetValue]] = {}
@@ -68,20 +72,20 @@ class OffsetStore:
         self.sequences = CoordinatorSequences()
         self.in_flight: dict[tuple[str, tuple[str, int]], int] = {}  # plain commits not replicated yet
         self._completions: set = set()  # tasks waiting for a marker's replication
-        listeners = getattr(broker.replicas, "marker_listeners", None)
+        listeners = getattr(services.replicas, "marker_listeners", None)
         if listeners is not None:
             listeners.append(self.on_marker)
-        deletions = getattr(getattr(broker, "metadata", None), "deletion_listeners", None)
+        deletions = getattr(services.metadata, "deletion_listeners", None)
         if deletions is not None:
             deletions.append(self.on_topics_deleted)
 
     @property
-    def controller(self):
-        return self.broker.controller
+    def control(self):
+        return self.services.control
 
     @property
     def replicas(self):
-        return self.broker.replicas
+        return self.services.replicas
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -89,7 +93,7 @@ class OffsetStore:
         if key[0] != TOPIC:
             return
         index = key[1]
-        record = self.controller.topics.get(TOPIC)
+        record = self.control.topics.get(TOPIC)
         if record is not None and record.partitions:
             self._use(record)
         self._unload(index)
@@ -115,13 +119,13 @@ class OffsetStore:
 
     async def ensure_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use (FindCoordinator, commit), as Kafka does."""
-        record = self.controller.topics.get(TOPIC)
+        record = self.control.topics.get(TOPIC)
         if record is None:
-            rf = min(self.config.offsets_topic_replication_factor, max(len(self.broker.metadata.brokers), 1))
+            rf = min(self.config.offsets_topic_replication_factor, max(len(self.services.metadata.brokers), 1))
             try:
-                record = await settle(self.controller.create_topic(TOPIC, self.partitions, rf, TOPIC_CONFIGS))
+                record = await self.control.create_topic(TOPIC, self.partitions, rf, TOPIC_CONFIGS)
             except TopicExistsError:
-                record = self.controller.topics.get(TOPIC)
+                record = self.control.topics.get(TOPIC)
         if record is not None:
             self._use(record)
 
@@ -394,7 +398,7 @@ class OffsetStore:
         """(error, the append's verification): the transaction coordinator says whether the offsets
         partition is in the producer's transaction, unless one is already open there; the partition's
         guard makes a marker written meanwhile void the answer."""
-        transactions = getattr(self.broker, "transactions", None)
+        transactions = self.services.transactions
         if transactions is None or not getattr(self.config, "transaction_partition_verification_enable", True):
             return 0, None  # no transaction coordinator here, or verification off: appended unchecked
         guards, ask = self.replicas.start_verification([key], producer_id)

@@ -456,7 +456,7 @@ class LogCleaner:
         except CleaningAborted as exc:
             log.info("cleaning of %s-%d stopped: %s", tp[0], tp[1], exc)
             return False
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError):
             if c.log.closed or not os.path.isdir(c.log.directory):
                 return False  # deleted or closed while it was cleaned
             raise

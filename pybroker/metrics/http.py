@@ -13,7 +13,8 @@ import re
 
 from pybroker.errors import BrokerError
 from pybroker.metrics.process import LoopLagProbe
-from pybroker.metrics.render import CONTENT_TYPE, render
+from pybroker.metrics.render import CONTENT_TYPE
+from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +30,20 @@ _PLAIN = "text/plain; charset=utf-8"
 
 
 class MetricsListenerError(BrokerError):
-    code = -1
+    code = UNKNOWN_SERVER_ERROR  # a startup failure: no client ever sees it
 
 
 class MetricsServer:
-    def __init__(self, broker, host: str, port: int):
-        self.broker = broker
+    """``render()``: the exposition text; ``health()``: (serving clients?, why not)."""
+
+    def __init__(self, metrics, host: str, port: int, *, render, health):
+        self.render = render
+        self.health = health
         self.host = host
         self.requested_port = port
         self.port = None
         self._server = None
-        self._probe = LoopLagProbe(broker.metrics)
+        self._probe = LoopLagProbe(metrics)
         self.scrapes = 0
 
     async def start(self) -> "MetricsServer":
@@ -109,11 +113,12 @@ class MetricsServer:
         head_only = method == b"HEAD"
         if path == b"/metrics":
             self.scrapes += 1
-            return 200, render(self.broker).encode(), head_only
+            return 200, self.render().encode(), head_only
         if path in (b"/health", b"/ready"):
-            if self.broker.ready:
+            ready, readiness = self.health()
+            if ready:
                 return 200, b"ready\n", head_only
-            return 503, f"not ready: {self.broker.readiness}\n".encode(), head_only
+            return 503, f"not ready: {readiness}\n".encode(), head_only
         if path == b"/":
             return 200, b"pybroker metrics: /metrics /health\n", head_only
         return 404, b"not found: try /metrics or /health\n", head_only

@@ -10,7 +10,7 @@ replica manager, controller and group coordinator here, never maintained on the 
 """
 import time
 
-from pybroker import __version__
+from pybroker.version import __version__
 from pybroker.metrics.counters import TIME_BUCKETS_MS, Histogram
 from pybroker.metrics.process import process_stats
 from pybroker.protocol import API_NAMES
@@ -86,33 +86,33 @@ class Exposition:
         return "\n".join(self._lines) + "\n"
 
 
-def render(broker) -> str:
+def render(services, ready: bool, servers) -> str:
+    """The exposition of a broker's typed services (pybroker/services.py), its readiness and its listeners."""
     out = Exposition()
-    m = broker.metrics
-    _retire_deleted(broker, m)
+    m = services.metrics
+    _retire_deleted(services, m)
     out.family("pybroker_build_info", "gauge", "pybroker's version.", [({"version": __version__}, 1)])
     out.family("pybroker_ready", "gauge", "1 once the broker serves clients (as /health).",
-               [({}, 1 if broker.ready else 0)])
+               [({}, 1 if ready else 0)])
     _topics(out, m)
     _requests(out, m)
-    if broker.replicas is not None:
-        _replicas(out, broker, m)
-        _logs(out, broker)
-    _fetch_sessions(out, broker)
-    _cleaner(out, broker)
-    _controller(out, broker)
-    if broker.coordinator is not None:
-        _groups(out, broker)
-    _network(out, broker)
+    if services.replicas is not None:
+        _replicas(out, services, m)
+        _logs(out, services)
+    _fetch_sessions(out, services)
+    _cleaner(out, services)
+    _controller(out, services)
+    if services.coordinator is not None:
+        _groups(out, services)
+    _network(out, servers)
     _process(out, m)
     return out.text()
 
 
-def _retire_deleted(broker, m) -> None:
-    controller = getattr(broker, "controller", None)
-    topics = getattr(controller, "topics", None)
-    if topics is None:
+def _retire_deleted(services, m) -> None:
+    if services.control is None:
         return
+    topics = services.control.topics
     for name in [t for t in m.topics if t not in topics]:
         m.retire(name)
 
@@ -143,9 +143,9 @@ def _requests(out, m) -> None:
         out.histogram(f"kafka_network_requestmetrics_{mbean.lower()}", _TIME_HELP[mbean], series)
 
 
-def _fetch_sessions(out, broker) -> None:
+def _fetch_sessions(out, services) -> None:
     """Kafka's FetchSessionCache MBeans (KIP-227)."""
-    cache = broker.fetch_sessions
+    cache = services.fetch_sessions
     out.family("kafka_server_fetchsessioncache_numincrementalfetchsessions", "gauge",
                "Incremental fetch sessions held.", [({}, len(cache))])
     out.family("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", "gauge",
@@ -154,8 +154,8 @@ def _fetch_sessions(out, broker) -> None:
                "Sessions evicted to make room for others.", [({}, cache.evictions)])
 
 
-def _replicas(out, broker, m) -> None:
-    parts = list(broker.replicas.partitions.values())
+def _replicas(out, services, m) -> None:
+    parts = list(services.replicas.partitions.values())
     leaders = [p for p in parts if p.is_leader]
     out.family("kafka_server_replicamanager_partitioncount", "gauge", "Partitions hosted here.",
                [({}, len(parts))])
@@ -172,8 +172,8 @@ def _replicas(out, broker, m) -> None:
                "ISR expansions written by this broker as leader.", [({}, m.isr_expands)])
 
 
-def _logs(out, broker) -> None:
-    parts = sorted(broker.replicas.partitions.values(), key=lambda p: (p.topic, p.index))
+def _logs(out, services) -> None:
+    parts = sorted(services.replicas.partitions.values(), key=lambda p: (p.topic, p.index))
     for name, help_text, value in (
             ("size", "Bytes of the partition's log segments.", lambda p: p.log.size),
             ("logstartoffset", "The partition's log start offset.", lambda p: p.log_start_offset),
@@ -185,16 +185,18 @@ def _logs(out, broker) -> None:
                [({"topic": p.topic, "partition": p.index}, p.high_watermark) for p in parts])
 
 
-def _cleaner(out, broker) -> None:
-    cleaner = getattr(broker.log_manager, "cleaner", None) if broker.log_manager is not None else None
+def _cleaner(out, services) -> None:
+    cleaner = getattr(services.log_manager, "cleaner", None) if services.log_manager is not None else None
     if cleaner is None:
         return
     last = cleaner.last_stats
     for name, help_text, value in (
             ("logcleaner_max_clean_time_secs", "Seconds the last cleaning took.", last.seconds if last else 0),
-            ("logcleaner_cleaner_recopy_percent", "Bytes written as a percentage of the bytes the last cleaning rewrote.",
+            ("logcleaner_cleaner_recopy_percent",
+             "Bytes written as a percentage of the bytes the last cleaning rewrote.",
              100.0 * last.bytes_written / last.bytes_cleaned if last and last.bytes_cleaned else 0),
-            ("logcleaner_max_buffer_utilization_percent", "Keys in the dedupe map at the last cleaning, percent of its capacity.",
+            ("logcleaner_max_buffer_utilization_percent",
+             "Keys in the dedupe map at the last cleaning, percent of its capacity.",
              cleaner.buffer_utilization_percent),
             ("logcleanermanager_max_dirty_percent", "Dirty ratio of the log the cleaner last picked, percent.",
              cleaner.max_dirty_percent),
@@ -207,25 +209,20 @@ def _cleaner(out, broker) -> None:
         out.family(f"pybroker_log_cleaner_{name}_total", "counter", help_text, [({}, value)])
 
 
-def _controller(out, broker) -> None:
-    zkc = broker.zk_controller
-    if broker.zk is None:  # single node: the in-process controller is always active, leads all
-        active, offline = 1, 0
-    elif zkc is not None and zkc.active:
-        active = 1
-        offline = sum(1 for s in zkc.states.values() if s.leader not in zkc.live)
-    else:
-        active, offline = 0, 0  # as Kafka: only the active controller reports these
+def _controller(out, services) -> None:
+    control = services.control
+    active = control is not None and control.is_active_controller
+    offline = control.offline_partitions() if active else 0  # as Kafka: only the active controller reports these
     out.family("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
-               "1 on the active controller.", [({}, active)])
+               "1 on the active controller.", [({}, 1 if active else 0)])
     out.family("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge",
                "Partitions without a live leader (reported by the active controller).", [({}, offline)])
 
 
-def _groups(out, broker) -> None:
+def _groups(out, services) -> None:
     from pybroker.coordinator.group import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE,
                                             STABLE)
-    groups = sorted(broker.coordinator.groups.values(), key=lambda g: g.group_id)
+    groups = sorted(services.coordinator.groups.values(), key=lambda g: g.group_id)
     live = [g for g in groups if g.state != DEAD]
     prefix = "kafka_coordinator_group_groupmetadatamanager_"
     out.family(prefix + "numgroups", "gauge", "Consumer groups coordinated here.", [({}, len(live))])
@@ -234,14 +231,14 @@ def _groups(out, broker) -> None:
                    [({}, sum(1 for g in groups if g.state == state))])
     out.family("kafka_consumergroup_members", "gauge", "Members of each group coordinated here.",
                [({"group": g.group_id}, len(g.members)) for g in live])
-    offsets = getattr(getattr(broker, "offsets", None), "offsets", {}) or {}
+    offsets = getattr(services.offsets, "offsets", {}) or {}
     committed, lag, max_lag, sum_lag = [], [], [], []
     for group in sorted(offsets):
         worst = total = None
         for (topic, partition), value in sorted(offsets[group].items()):
             labels = {"group": group, "topic": topic, "partition": partition}
             committed.append((labels, value.offset))
-            p = broker.replicas.partitions.get((topic, partition))
+            p = services.replicas.partitions.get((topic, partition))
             if p is None:  # a partition hosted elsewhere: its high watermark is not known here
                 continue
             n = max(p.high_watermark - value.offset, 0)
@@ -258,8 +255,8 @@ def _groups(out, broker) -> None:
     out.family("kafka_consumergroup_group_sum_lag", "gauge", "A group's lag summed over partitions.", sum_lag)
 
 
-def _network(out, broker) -> None:
-    servers = [(s.listener_name, s.stats) for s in broker.servers]
+def _network(out, servers) -> None:
+    servers = [(s.listener_name, s.stats) for s in servers]
     prefix = "kafka_server_socket_server_metrics_"
     for name, kind, help_text, value in (
             ("connection_count", "gauge", "Open client connections.", lambda s: s.open_connections),

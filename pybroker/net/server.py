@@ -82,7 +82,8 @@ class Server:
                  max_in_flight: int = 64, max_queued_bytes: int = 16 << 20,
                  recv_buffer_bytes: int = 64 * 1024, backlog: int = 128, sender=None,
                  listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT", tls=None,
-                 tls_handshake_timeout_ms: int = TLS_HANDSHAKE_TIMEOUT_MS, limits=None, limits_exempt: bool = False):
+                 tls_handshake_timeout_ms: int = TLS_HANDSHAKE_TIMEOUT_MS, limits=None, limits_exempt: bool = False,
+                 max_pre_auth_bytes: int | None = None):
         if max_request_bytes < 8:
             raise ValueError("socket.request.max.bytes must be at least 8")
         if max_in_flight < 1 or max_queued_bytes < 1 or recv_buffer_bytes < 16:
@@ -100,6 +101,8 @@ class Server:
         self.tls_rx_scratch = None  # ... and receive buffer
         self.host = host
         self.max_request_bytes = max_request_bytes
+        # SASL listeners: the request size limit until a connection has authenticated
+        self.max_pre_auth_bytes = max_request_bytes if max_pre_auth_bytes is None else max_pre_auth_bytes
         self.max_idle_ms = max_idle_ms
         self.max_in_flight = max_in_flight
         self.max_queued_bytes = max_queued_bytes

@@ -660,7 +660,6 @@ def class_text(sd, indent):
     slots = [f.attr for f in sd.fields] + ["_unknown_tagged"]
     lines = [f"{pad}class {sd.name if not sd.is_top else msg.name}(Message):"]
     if sd.is_top:
-        kind = msg.kind
         desc = f"Kafka {msg.name}"
         if msg.api_key is not None:
             desc += f" (API key {msg.api_key})"
@@ -896,13 +895,18 @@ def errors_text(tsv):
         raise SpecError(f"{tsv.name}: duplicate error names or codes")
     out = [HEADER_LINE,
            '"""Kafka protocol error codes: ``ErrorCode.NOT_LEADER_OR_FOLLOWER == 6``;',
-           '``ErrorCode(6).description`` is Kafka\'s explanation."""',
+           '``ErrorCode(6).description`` is Kafka\'s explanation. Each code is also a plain int constant',
+           '(``NOT_LEADER_OR_FOLLOWER = 6``), the form for responses and ``code`` attributes."""',
            "from enum import IntEnum",
            "",
-           "",
-           "class ErrorCode(IntEnum):",
-           '    """Kafka error codes (name, code) as in Kafka\'s Errors.java."""',
-           ""]
+           "# plain ints: as cheap as a literal on the hot paths, named as in Kafka's Errors.java"]
+    for name, code, _ in rows:
+        out.append(f"{name} = {code}")
+    out += ["",
+            "",
+            "class ErrorCode(IntEnum):",
+            '    """Kafka error codes (name, code) as in Kafka\'s Errors.java."""',
+            ""]
     for name, code, _ in rows:
         out.append(f"    {name} = {code}")
     out.append("")

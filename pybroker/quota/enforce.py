@@ -6,7 +6,7 @@ inter-broker ones: its handler's time on the event loop (decode and the synchron
 handler; not the time parked in purgatory) against request_percentage. The largest throttle wins:
 it is written into the response's ``throttle_time_ms`` and the connection is muted for it.
 """
-from pybroker.api.context import Parts
+from pybroker.protocol.parts import Parts
 from pybroker.quota.entities import ANONYMOUS
 
 PRODUCE, FETCH = 0, 1

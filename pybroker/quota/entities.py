@@ -5,6 +5,7 @@ None is that type's default (``<default>`` in ZooKeeper, a null name on the wire
 authentication yet, so every request's user is ``ANONYMOUS``.
 """
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import INVALID_CONFIG, INVALID_REQUEST
 
 USER, CLIENT_ID = "user", "client-id"
 ANONYMOUS = "ANONYMOUS"
@@ -13,11 +14,11 @@ DEFAULT = "<default>"
 
 
 class InvalidQuotaRequestError(BrokerError):
-    code = 42  # INVALID_REQUEST
+    code = INVALID_REQUEST
 
 
 class InvalidQuotaConfigError(BrokerError):
-    code = 40  # INVALID_CONFIG
+    code = INVALID_CONFIG
 
 
 def make_entity(pairs) -> tuple:

@@ -7,8 +7,9 @@ answered, and names those no longer wanted as forgotten. ``answered`` moves the 
 the response; any session error (or a lost connection, ``reset``) starts over with a full fetch
 that closes the old session.
 """
-from pybroker.replica.fetch_sessions import (FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INITIAL_EPOCH,
-                                             INVALID_FETCH_SESSION_EPOCH, INVALID_SESSION_ID, next_epoch)
+from pybroker.protocol.errors import (FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR,
+                                      INVALID_FETCH_SESSION_EPOCH)
+from pybroker.replica.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
 SESSION_ERRORS = (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR)
 

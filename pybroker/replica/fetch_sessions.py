@@ -25,9 +25,6 @@ import time
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-FETCH_SESSION_TOPIC_ID_ERROR = 106
 EVICTION_MS = 120_000  # Kafka's minimum idle time (and age) before a session may go
 _MAX_ID = (1 << 31) - 1
 

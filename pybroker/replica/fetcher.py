@@ -22,6 +22,8 @@ import logging
 import struct
 
 from pybroker.client.connection import BrokerConnection
+from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
+                                      UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import REQUESTS
 from pybroker.protocol.primitives import ZERO_UUID
 from pybroker.replica.fetch_session_client import SESSION_ERRORS, FetchSessionClient
@@ -33,8 +35,6 @@ log = logging.getLogger(__name__)
 FETCH, FETCH_MIN_VERSION, FETCH_MAX_VERSION = 1, 4, 17
 FIRST_DIVERGING_VERSION, FIRST_TOPIC_ID_VERSION, FIRST_REPLICA_STATE_VERSION = 12, 13, 15
 EPOCH_KEY, EPOCH_VERSION = 23, 3
-OFFSET_OUT_OF_RANGE, NOT_LEADER, UNKNOWN_TOPIC = 1, 6, 3
-FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 _HEAD = struct.Struct(">qi")
 THROTTLE_WAIT_S = 0.1
 
@@ -168,7 +168,7 @@ class ReplicaFetcher:
                 if r.error_code == FENCED_LEADER_EPOCH:
                     self.remove([key])  # the controller will tell us who leads now
                     continue
-                if r.error_code in (NOT_LEADER, UNKNOWN_TOPIC):
+                if r.error_code in (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION):
                     self._rest(key)
                     continue
                 if r.error_code:
@@ -203,7 +203,8 @@ class ReplicaFetcher:
         self.rejoin.clear()  # held out of this request: forgotten by the session, whole again in the next
         resp = await self.conn.request(req, version)
         self.session.answered(resp.error_code, resp.session_id)
-        names = {p.topic_id: key[0] for key, p in self.partitions.items()} if version >= FIRST_TOPIC_ID_VERSION else None
+        names = ({p.topic_id: key[0] for key, p in self.partitions.items()} if version >= FIRST_TOPIC_ID_VERSION
+                 else None)
         for t in resp.responses:
             topic = t.topic if names is None else names.get(t.topic_id)
             for r in t.partitions:
@@ -231,7 +232,7 @@ class ReplicaFetcher:
                         self.truncating.add(key)  # ahead of the leader: find the divergence again
                 elif r.error_code == FENCED_LEADER_EPOCH:
                     self.remove([key])
-                elif r.error_code in (NOT_LEADER, UNKNOWN_TOPIC):
+                elif r.error_code in (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION):
                     self._rest(key)
                 elif r.error_code != UNKNOWN_LEADER_EPOCH:
                     log.warning("fetching %s-%d from broker %d: error %d", *key, self.leader_id, r.error_code)

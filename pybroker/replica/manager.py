@@ -18,20 +18,15 @@ from dataclasses import dataclass
 from pybroker.errors import BrokerError, OffsetOutOfRangeError
 from pybroker.log.log import now_ms
 from pybroker.log import partition_metadata
+from pybroker.protocol.errors import (INCONSISTENT_TOPIC_ID, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                                      NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, STALE_CONTROLLER_EPOCH,
+                                      UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
 from pybroker.replica.producer_state import VERIFY_NOT_NEEDED
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
 
 log = logging.getLogger(__name__)
 
-NOT_LEADER_OR_FOLLOWER = 6
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REQUEST_TIMED_OUT = 7
-STALE_CONTROLLER_EPOCH = 11
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-KAFKA_STORAGE_ERROR = 56
-INCONSISTENT_TOPIC_ID = 103
-UNKNOWN_SERVER_ERROR = -1
 DEBUGGING_CONSUMER_ID = -2  # Fetch replica id of a debugging consumer: reads any replica
 
 
@@ -68,16 +63,27 @@ def error_code(exc: Exception) -> int:
     return exc.code if isinstance(exc, BrokerError) else UNKNOWN_SERVER_ERROR
 
 
+async def no_isr_change(partition, new_isr) -> bool:
+    """The ISR writer until the control's is set: nothing changes."""
+    return False
+
+
 class ReplicaManager:
-    def __init__(self, node_id: int, log_manager, replica_lag_time_max_ms: int = 30000):
+    """``fetchers``: the ReplicaFetcherManager that follows leaders elsewhere (a cluster of one has
+    no followers, so it stays idle); ``isr_writer``: async (partition, new_isr) -> bool, the
+    control's ``write_isr``."""
+
+    def __init__(self, node_id: int, log_manager, fetchers, replica_lag_time_max_ms: int = 30000,
+                 leader_quota: ReplicationQuota | None = None, isr_writer=no_isr_change):
         self.node_id = node_id
         self.log_manager = log_manager
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
-        self.fetchers = None       # a ReplicaFetcherManager on a cluster
-        self.isr_writer = None     # async (partition, new_isr) -> bool; ZooKeeper on a cluster
-        self.leader_quota = ReplicationQuota()  # leader.replication.throttled.rate (unlimited by default)
+        self.fetchers = fetchers
+        self.isr_writer = isr_writer
+        # leader.replication.throttled.rate (unlimited by default)
+        self.leader_quota = leader_quota if leader_quota is not None else ReplicationQuota()
         self.listeners = []        # objects with on_leadership(key, is_leader) (the group coordinator)
         # callables (topic, partition, producer_id, commit, marker_offset): a marker was appended as leader
         self.marker_listeners = []
@@ -134,9 +140,8 @@ class ReplicaManager:
             except Exception as exc:  # one bad partition must not stop the others
                 log.exception("cannot apply the state of %s-%d", *key)
                 errors[key] = error_code(exc)
-        if self.fetchers is not None:
-            self.fetchers.remove([(p.topic, p.index) for p in became_leader])
-            self.fetchers.add([p for p in became_follower if p.leader_id >= 0], leaders)
+        self.fetchers.remove([(p.topic, p.index) for p in became_leader])
+        self.fetchers.add([p for p in became_follower if p.leader_id >= 0], leaders)
         for p in became_leader + became_follower:
             self._wake({(p.topic, p.index)})
         for p, was_leader in roles:
@@ -147,8 +152,7 @@ class ReplicaManager:
 
     def stop_replica(self, topic: str, partition: int, delete: bool) -> None:
         key = (topic, partition)
-        if self.fetchers is not None:
-            self.fetchers.remove([key])
+        self.fetchers.remove([key])
         p = self.partitions.get(key)
         if p is not None:
             self._fail_acks(key)
@@ -294,7 +298,8 @@ class ReplicaManager:
         return waits
 
     async def wait_for_acks(self, waits: dict, timeout_ms: int) -> dict:
-        """Wait until every partition's HW reaches its offset; {key: error} (0, 7, 6 or 20)."""
+        """Wait until every partition's HW reaches its offset; {key: error} (0, REQUEST_TIMED_OUT,
+        NOT_LEADER_OR_FOLLOWER or NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
         if self._stopping:
             return {key: NOT_LEADER_OR_FOLLOWER for key in waits}
         loop = asyncio.get_running_loop()
@@ -477,7 +482,7 @@ class ReplicaManager:
     # ---- ISR --------------------------------------------------------------------------------
 
     def _maybe_expand_isr(self, p: Partition, replica_id: int) -> None:
-        if self.isr_writer is None or p.isr_change_in_flight:
+        if p.isr_change_in_flight:
             return
         if p.should_join_isr(replica_id):
             self._change_isr(p, tuple(r for r in p.replicas if r in p.isr or r == replica_id))
@@ -497,8 +502,6 @@ class ReplicaManager:
         asyncio.get_running_loop().create_task(write())
 
     def maybe_shrink_isr(self) -> None:
-        if self.isr_writer is None:
-            return
         now = monotonic_ms()
         for p in list(self.partitions.values()):
             if not p.is_leader or p.isr_change_in_flight:

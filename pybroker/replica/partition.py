@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from pybroker import core
 from pybroker.errors import BrokerError, KeylessRecordError, OffsetOutOfRangeError
+from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
+                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_LEADER_EPOCH)
 from pybroker.records import CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records
 from pybroker.replica.producer_state import ProducerStateManager
 
@@ -31,23 +33,23 @@ RECOVERED = 0  # KIP-704 leader recovery states; 1 (RECOVERING): elected unclean
 
 
 class TransactionalIdRequiredError(BrokerError):
-    code = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kafka's answer to transactional records without an id
+    code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # Kafka's answer to transactional records without an id
 
 
 class NotLeaderOrFollowerError(BrokerError):
-    code = 6  # NOT_LEADER_OR_FOLLOWER
+    code = NOT_LEADER_OR_FOLLOWER
 
 
 class FencedLeaderEpochError(BrokerError):
-    code = 74  # FENCED_LEADER_EPOCH
+    code = FENCED_LEADER_EPOCH
 
 
 class UnknownLeaderEpochError(BrokerError):
-    code = 75  # UNKNOWN_LEADER_EPOCH
+    code = UNKNOWN_LEADER_EPOCH
 
 
 class NotEnoughReplicasError(BrokerError):
-    code = 19  # NOT_ENOUGH_REPLICAS
+    code = NOT_ENOUGH_REPLICAS
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ BLOCK = 1000
 
 
 class ProducerIdManager:
+    """Producer ids of a single node: blocks reserved in ``producer-id-block`` in its first log dir."""
+
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, FILE)
         try:
@@ -23,7 +25,7 @@ class ProducerIdManager:
             self._next = 0
         self._block_end = self._next
 
-    def allocate(self) -> int:
+    async def allocate(self) -> int:
         if self._next >= self._block_end:
             self._reserve(self._next + BLOCK)
         pid = self._next

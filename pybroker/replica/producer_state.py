@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from pybroker.errors import BrokerError, InvalidRecordError
 from pybroker.log.txn_index import AbortedTxn
+from pybroker.protocol.errors import (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                      TRANSACTION_COORDINATOR_FENCED)
 from pybroker.records import CONTROL, TRANSACTIONAL, decode_control_record
 
 log = logging.getLogger(__name__)
@@ -36,25 +38,26 @@ NO_SEQUENCE = -1
 
 
 class OutOfOrderSequenceError(BrokerError):
-    code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    code = OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(BrokerError):
-    code = 47  # INVALID_PRODUCER_EPOCH
+    code = INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(BrokerError):
-    code = 48  # INVALID_TXN_STATE
+    code = INVALID_TXN_STATE
 
 
 class TransactionCoordinatorFencedError(BrokerError):
-    code = 52  # TRANSACTION_COORDINATOR_FENCED
+    code = TRANSACTION_COORDINATOR_FENCED
 
 
 @dataclass
 class ProducerEntry:
     epoch: int
-    batches: deque = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))  # (first_seq, last_seq, first_offset, last_offset)
+    # (first_seq, last_seq, first_offset, last_offset) of the last batches
+    batches: deque = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
     last_timestamp: int = -1
     txn_first_offset: int = -1  # first offset of the open transaction, -1 when none
     coordinator_epoch: int = -1  # of the last marker

@@ -1,9 +1,8 @@
 """Authorization checks several API modules share: config resources and the cluster-only APIs."""
 from pybroker.errors import BrokerError
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
 from pybroker.security import acl as A
 
-TOPIC_AUTHORIZATION_FAILED = 29
-CLUSTER_AUTHORIZATION_FAILED = 31
 CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8  # DescribeConfigs/AlterConfigs resource types
 
 
@@ -24,14 +23,14 @@ def check_config_resource(ctx, authz, operation: int, resource_type: int, name: 
 
 def cluster_denied(ctx, operation: int) -> bool:
     """True (and audited) when the caller may not do ``operation`` on the cluster; False with no authorizer."""
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     return authz is not None and not authz.allowed(ctx, operation, A.CLUSTER, A.CLUSTER_NAME)
 
 
 def authorized_operations(ctx, resource_type: int, name: str) -> int:
     """The authorized-operations bit field of a topic or group (every operation when no authorizer)."""
     supported = A.SUPPORTED_OPERATIONS[resource_type]
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is None:
         return sum(1 << op for op in supported)
     return sum(1 << op for op in supported if authz.allowed_quietly(ctx, op, resource_type, name))
@@ -39,7 +38,7 @@ def authorized_operations(ctx, resource_type: int, name: str) -> int:
 
 def cluster_operations(ctx, supported) -> int:
     """The authorized-operations bit field (1 << AclOperation) of the cluster for the caller."""
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is None:
         return sum(1 << op for op in supported)
     return sum(1 << op for op in supported if authz.allowed_quietly(ctx, op, A.CLUSTER, A.CLUSTER_NAME))

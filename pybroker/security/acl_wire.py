@@ -1,17 +1,14 @@
-"""ACL requests' wire fields into bindings and filters, and the error codes the ACL APIs share."""
+"""ACL requests' wire fields into bindings and filters, and the refusal every ACL API shares."""
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED
 from pybroker.security import acl as A
 
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REQUEST = 42
-SECURITY_DISABLED = 54
-UNKNOWN_SERVER_ERROR = -1
 SECURITY_DISABLED_MESSAGE = "no authorizer is configured on the broker (authorizer.class.name)"
 
 
 def cluster_refusal(ctx, operation: int) -> tuple[int, str | None] | None:
     """(error code, message) when an ACL API may not run: no authorizer, or ``operation`` on the
     cluster denied; None when it may."""
-    authz = ctx.broker.authorizer
+    authz = ctx.authorizer
     if authz is None:
         return SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE
     if not authz.allowed(ctx, operation, A.CLUSTER, A.CLUSTER_NAME):

@@ -14,12 +14,18 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 
-from pybroker.config import SSL_KEYS, ConfigError
+from pybroker.client.tls import client_context as client_context  # the broker's links build theirs here
+from pybroker.properties import ConfigError
 from pybroker.security.ssl_principal import PrincipalMapper
 
 log = logging.getLogger(__name__)
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+# the ssl.* keys read here (also valid as listener.name.<name>.ssl.*)
+SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.key",
+            "ssl.keystore.certificate.chain", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+            "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol",
+            "ssl.cipher.suites", "ssl.principal.mapping.rules")
 KEYS = SSL_KEYS
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _TOO_OLD = ("SSLv2", "SSLv3", "TLSv1", "TLSv1.1", "SSLv2Hello")
@@ -76,23 +82,6 @@ def listener_tls(raw, listener: str, protocol: str) -> ListenerTls | None:
         key = where("ssl.principal.mapping.rules")
         raise ConfigError(f"{key}: {exc}", key) from None
     return ListenerTls(ctx, mapper, auth)
-
-
-def client_context(cafile: str | None = None, cadata: str | None = None, certfile: str | None = None,
-                   keyfile: str | None = None, password: str | None = None, check_hostname: bool = True,
-                   minimum_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2) -> ssl.SSLContext:
-    """A client-side context: trusts ``cafile``/``cadata`` (else the system's CAs), presents
-    ``certfile`` (+``keyfile``) when given, checks the broker's host name unless told not to."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = minimum_version
-    ctx.check_hostname = check_hostname
-    if cafile or cadata:
-        ctx.load_verify_locations(cafile=cafile, cadata=cadata)
-    else:
-        ctx.load_default_certs()
-    if certfile:
-        ctx.load_cert_chain(certfile, keyfile, password)
-    return ctx
 
 
 def _set_versions(ctx: ssl.SSLContext, enabled: str | None, protocol: str, enabled_key: str,

@@ -79,7 +79,7 @@ def _client(args):
 
 
 def _read_properties(path: str) -> dict:
-    from pybroker.config import ConfigError, parse_properties
+    from pybroker.properties import ConfigError, parse_properties
     from pybroker.tools.wire import ToolError
     try:
         with open(path, encoding="utf-8") as f:

@@ -4,10 +4,10 @@ as Kafka's MirrorMaker does.
 A consumer group on the source (``--group``) reads every topic whose whole name matches
 ``--topics``; its record batches go, as they were fetched, to the same topic and partition on the
 target (``mirror_batches``: keys, values, headers, timestamps and compression kept; an idempotent
-acks=all producer, so a partition's batches stay in order). Progress is the group's committed offsets on the source, committed
-only after the target acknowledged everything before them: a restart, or a second instance taking
-over partitions, resumes from there, and at worst copies again what followed the last commit
-(at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start and every
+acks=all producer, so a partition's batches stay in order). Progress is the group's committed offsets
+on the source, committed only after the target acknowledged everything before them: a restart, or a
+second instance taking over partitions, resumes from there, and at worst copies again what followed
+the last commit (at-least-once). Target topics are set up by ``mirror_topics.TopicSync``, at start and every
 ``--metadata-refresh-ms``.
 
 SIGTERM or SIGINT: stop polling, commit what the target has, exit 0. Records the target refuses

@@ -179,7 +179,8 @@ def describe(client: Client, args) -> int:
             if p.offline_replicas:
                 line += f"\tOffline: {_nodes(p.offline_replicas)}"
             if p.error_code:
-                line += f"\tError: {ErrorCode(p.error_code).name if p.error_code in ErrorCode._value2member_map_ else p.error_code}"
+                known = p.error_code in ErrorCode._value2member_map_
+                line += f"\tError: {ErrorCode(p.error_code).name if known else p.error_code}"
             print(line)
     sys.stdout.flush()
     return 0

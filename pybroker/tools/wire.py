@@ -102,7 +102,7 @@ def command_security(path: str | None):
     from pybroker.client import config as client_config
     from pybroker.client import java_props
     from pybroker.client.errors import ConfigError
-    from pybroker.config import parse_properties
+    from pybroker.properties import parse_properties
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8", "replace")

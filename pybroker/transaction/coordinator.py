@@ -14,8 +14,11 @@ losing it drops them.
 import asyncio
 import logging
 
-from pybroker.asyncutil import settle
 from pybroker.coordinator.group import now_ms
+from pybroker.protocol.errors import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, INVALID_PRODUCER_EPOCH,
+                                      INVALID_PRODUCER_ID_MAPPING, INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT,
+                                      INVALID_TXN_STATE, NONE, NOT_COORDINATOR, PRODUCER_FENCED,
+                                      TRANSACTIONAL_ID_NOT_FOUND, TRANSACTION_ABORTABLE)
 from pybroker.transaction import records
 from pybroker.transaction.markers import MarkerSender
 from pybroker.transaction.metadata import (EXPIRABLE, NO_EPOCH, PREPARING, TransactionMetadata, Transit, TxnState,
@@ -26,26 +29,20 @@ from pybroker.transaction.verify import Verifier
 log = logging.getLogger(__name__)
 
 S = TxnState
-NONE = 0
-(INVALID_REQUEST, NOT_COORDINATOR, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT,
- CONCURRENT_TRANSACTIONS, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND, TRANSACTION_ABORTABLE) = \
-    42, 16, 48, 49, 50, 51, 90, 105, 120
-INVALID_PRODUCER_EPOCH = 47
 _FOR_PRODUCERS = {PRODUCER_FENCED: INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE: INVALID_TXN_STATE}
 WRITE_TIMEOUT_MS = 30000  # Kafka's request.timeout.ms for the state log's appends
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 LOAD_YIELD_RECORDS = 1000
 END_TXN_COMPLETION_WAIT_S = 5.0
-COORDINATOR_LOAD_IN_PROGRESS = 14
 MAX_ID_BYTES = 0x7fff  # the state log key is an INT16-length STRING; flexible requests can carry more
 
 
 class TransactionCoordinator:
-    def __init__(self, config, broker):
+    def __init__(self, config, services):
         self.config = config
-        self.broker = broker
-        self.state_log = TransactionStateLog(config, broker)
-        self.markers = MarkerSender(broker)
+        self.services = services  # pybroker.services.Services: control, replicas, metadata, producer ids
+        self.state_log = TransactionStateLog(config, services)
+        self.markers = MarkerSender(services)
         self.verifier = Verifier(self)
         self.txns: dict[str, TransactionMetadata] = {}
         self.owned: dict[int, int] = {}  # state partition -> coordinator epoch (its leader epoch)
@@ -91,12 +88,12 @@ class TransactionCoordinator:
         if key[0] != TOPIC:
             return
         index = key[1]
-        record = self.broker.controller.topics.get(TOPIC)
+        record = self.services.control.topics.get(TOPIC)
         if record is not None:
             self.state_log.use(record)
         self._unload(index)
         if is_leader:
-            partition = self.broker.replicas.get(TOPIC, index)
+            partition = self.services.replicas.get(TOPIC, index)
             token = self.loading[index] = object()  # requests get COORDINATOR_LOAD_IN_PROGRESS until loaded
             self._spawn(self._load_logged(index, partition.leader_epoch if partition is not None else 0, token))
 
@@ -205,7 +202,7 @@ class TransactionCoordinator:
         if error:
             return error, -1, -1
         if md is None:
-            pid = await settle(self.broker.producer_ids.allocate())
+            pid = await self.services.control.allocate_producer_id()
             error, md, coordinator_epoch = self._lookup(tid)
             if error:
                 return error, -1, -1
@@ -214,7 +211,7 @@ class TransactionCoordinator:
                                                           last_update_ms=now_ms())
         new_pid = None
         if self._needs_new_producer_id(md, expected):
-            new_pid = await settle(self.broker.producer_ids.allocate())
+            new_pid = await self.services.control.allocate_producer_id()
             if not self._still_current(md, coordinator_epoch):
                 return NOT_COORDINATOR, -1, -1
         result = self._prepare_init(md, timeout_ms, expected, new_pid)
@@ -297,7 +294,7 @@ class TransactionCoordinator:
         """The check a partition leader makes before a transactional producer's first batch, in the
         codes a producer expects there (Kafka's AddPartitionsToTxnManager): a fenced producer gets
         INVALID_PRODUCER_EPOCH, a partition not in the transaction INVALID_TXN_STATE."""
-        record = self.broker.controller.topics.get(TOPIC)
+        record = self.services.control.topics.get(TOPIC)
         if record is not None:
             self.state_log.use(record)  # a broker that never led a state partition learns the count here
         if not tid or self.owns(tid):

@@ -10,6 +10,8 @@ the transaction (``still_valid()`` turns false) or the producer epoch is fenced.
 import asyncio
 import logging
 
+from pybroker.protocol.errors import (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+                                      UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_VERSION)
 from pybroker.protocol.messages import REQUESTS
 from pybroker.transaction.peers import PeerConnections
 
@@ -18,17 +20,15 @@ log = logging.getLogger(__name__)
 WRITE_TXN_MARKERS = 27
 MARKER_TIMEOUT_MS = 30000
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED = 47, 52
-UNSUPPORTED_VERSION, UNSUPPORTED_FOR_MESSAGE_FORMAT = 35, 43
 _FENCED = {INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED}
 _SKIPPED = {UNSUPPORTED_VERSION, UNSUPPORTED_FOR_MESSAGE_FORMAT}  # the partition can never take a marker
 Request = REQUESTS[WRITE_TXN_MARKERS]
 
 
 class MarkerSender:
-    def __init__(self, broker):
-        self.broker = broker
-        self.peers = PeerConnections(broker, "txn-markers")
+    def __init__(self, services):
+        self.services = services  # pybroker.services.Services: control, replicas, metadata, node_id
+        self.peers = PeerConnections(services.config, services.metadata, "txn-markers")
 
     async def send(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                    partitions, still_valid, on_written=None) -> bool:
@@ -66,21 +66,21 @@ class MarkerSender:
         return True
 
     def _exists(self, topic: str, partition: int) -> bool:
-        record = self.broker.controller.topics.get(topic)  # the controller's view: the metadata cache may lag
+        record = self.services.control.topics.get(topic)  # the controller's view: the metadata cache may lag
         if record is None or not 0 <= partition < record.partitions:
             log.info("%s-%d no longer exists: no transaction marker for it", topic, partition)
             return False
         return True
 
     def _leader(self, topic: str, partition: int) -> int:
-        if self.broker.replicas.get_leader(topic, partition) is not None:
-            return self.broker.node_id
-        state = self.broker.metadata.partition(topic, partition)
+        if self.services.replicas.get_leader(topic, partition) is not None:
+            return self.services.node_id
+        state = self.services.metadata.partition(topic, partition)
         return state.leader if state is not None else -1
 
     async def _send_to(self, leader: int, producer_id, producer_epoch, coordinator_epoch, commit, tps) -> dict:
         try:
-            if leader == self.broker.node_id:
+            if leader == self.services.node_id:
                 return await self._write_local(producer_id, producer_epoch, coordinator_epoch, commit, tps)
             return await self._write_remote(leader, producer_id, producer_epoch, coordinator_epoch, commit, tps)
         except asyncio.CancelledError:
@@ -92,7 +92,7 @@ class MarkerSender:
     async def _write_local(self, producer_id, producer_epoch, coordinator_epoch, commit, tps) -> dict:
         from pybroker.replica.txn_marker import TxnMarker
         marker = TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit, list(tps))
-        results = await self.broker.replicas.write_txn_markers([marker], MARKER_TIMEOUT_MS)
+        results = await self.services.replicas.write_txn_markers([marker], MARKER_TIMEOUT_MS)
         return {tp: results.get((producer_id, *tp), -1) for tp in tps}
 
     async def _write_remote(self, leader, producer_id, producer_epoch, coordinator_epoch, commit, tps) -> dict:

@@ -11,6 +11,8 @@ only then ``complete`` applies it; ``abandon`` drops a pending change whose appe
 import enum
 from dataclasses import dataclass, field
 
+from pybroker.protocol.errors import PRODUCER_FENCED
+
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 MAX_EPOCH = 32767  # Short.MaxValue
@@ -128,7 +130,7 @@ class TransactionMetadata:
         return self._to(S.PREPARE_EPOCH_FENCE, epoch=epoch, last_epoch=NO_EPOCH)
 
     def prepare_increment_epoch(self, timeout_ms: int, expected_epoch: int | None, now: int):
-        """An epoch bump for InitProducerId -> Transit, or the PRODUCER_FENCED error code (90)."""
+        """An epoch bump for InitProducerId -> Transit, or the PRODUCER_FENCED error code."""
         bumped = self.producer_epoch + 1
         if expected_epoch is None:
             epoch, last = bumped, NO_EPOCH
@@ -137,7 +139,7 @@ class TransactionMetadata:
         elif expected_epoch == self.last_producer_epoch:  # a retry of a bump whose answer was lost
             epoch, last = self.producer_epoch, self.last_producer_epoch
         else:
-            return 90
+            return PRODUCER_FENCED
         return self._to(S.EMPTY, epoch=epoch, last_epoch=last, timeout_ms=timeout_ms, partitions=(),
                         start_ms=-1, now=now)
 

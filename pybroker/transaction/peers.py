@@ -11,8 +11,9 @@ EXTRA_WAIT_S = 30.0  # requests that wait for replication may take this long bey
 
 
 class PeerConnections:
-    def __init__(self, broker, client_id: str):
-        self.broker = broker
+    def __init__(self, config, metadata, client_id: str):
+        self.config = config
+        self.metadata = metadata  # the MetadataCache: where each broker listens
         self.client_id = client_id
         self.connections: dict[int, BrokerConnection] = {}
 
@@ -32,8 +33,8 @@ class PeerConnections:
         conn = self.connections.get(broker_id)
         if conn is not None and not conn.closed:
             return conn
-        cfg = self.broker.config
-        endpoint = self.broker.metadata.brokers.get(broker_id)
+        cfg = self.config
+        endpoint = self.metadata.brokers.get(broker_id)
         address = endpoint.address(cfg.inter_broker_listener.name) if endpoint is not None else None
         if address is None:
             raise ConnectionError(f"broker {broker_id} has no {cfg.inter_broker_listener.name} endpoint known here")

@@ -11,11 +11,14 @@ that survive a leader change.
 import logging
 import struct
 
-from pybroker.asyncutil import settle
-from pybroker.controller.metadata_store import TopicExistsError
+from pybroker.errors import TopicExistsError
 from pybroker.coordinator.group import now_ms
 from pybroker.coordinator.offsets import decode_last_offset
 from pybroker.coordinator.records import offsets_partition
+from pybroker.protocol.errors import (COORDINATOR_NOT_AVAILABLE, KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE,
+                                      NOT_COORDINATOR, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                                      NOT_LEADER_OR_FOLLOWER, RECORD_LIST_TOO_LARGE, REQUEST_TIMED_OUT,
+                                      UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.records import Record, build_batch, decode_records
 from pybroker.transaction import records
 
@@ -24,17 +27,18 @@ log = logging.getLogger(__name__)
 TOPIC = "__transaction_state"
 READ_CHUNK = 1 << 20
 _BATCH_HEAD = struct.Struct(">qi")
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, UNKNOWN_SERVER_ERROR = 16, 15, -1
 # a failed append as the client should see it (Kafka's appendTransactionToLog mapping)
-_APPEND_ERRORS = {3: COORDINATOR_NOT_AVAILABLE, 19: COORDINATOR_NOT_AVAILABLE, 20: COORDINATOR_NOT_AVAILABLE,
-                  7: COORDINATOR_NOT_AVAILABLE, 6: NOT_COORDINATOR, 56: NOT_COORDINATOR,
-                  10: UNKNOWN_SERVER_ERROR, 18: UNKNOWN_SERVER_ERROR}
+_APPEND_ERRORS = {UNKNOWN_TOPIC_OR_PARTITION: COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS: COORDINATOR_NOT_AVAILABLE,
+                  NOT_ENOUGH_REPLICAS_AFTER_APPEND: COORDINATOR_NOT_AVAILABLE,
+                  REQUEST_TIMED_OUT: COORDINATOR_NOT_AVAILABLE,
+                  NOT_LEADER_OR_FOLLOWER: NOT_COORDINATOR, KAFKA_STORAGE_ERROR: NOT_COORDINATOR,
+                  MESSAGE_TOO_LARGE: UNKNOWN_SERVER_ERROR, RECORD_LIST_TOO_LARGE: UNKNOWN_SERVER_ERROR}
 
 
 class TransactionStateLog:
-    def __init__(self, config, broker):
+    def __init__(self, config, services):
         self.config = config
-        self.broker = broker
+        self.services = services  # pybroker.services.Services: control, replicas, metadata
         self.partitions = config.transaction_state_log_num_partitions
 
     def topic_configs(self, replication_factor: int) -> dict:
@@ -46,15 +50,15 @@ class TransactionStateLog:
         return offsets_partition(transactional_id, self.partitions)
 
     async def ensure_topic(self) -> None:
-        controller = self.broker.controller
-        record = controller.topics.get(TOPIC)
+        control = self.services.control
+        record = control.topics.get(TOPIC)
         if record is None:
             rf = min(self.config.transaction_state_log_replication_factor,
-                     max(len(self.broker.metadata.brokers), 1))
+                     max(len(self.services.metadata.brokers), 1))
             try:
-                record = await settle(controller.create_topic(TOPIC, self.partitions, rf, self.topic_configs(rf)))
+                record = await control.create_topic(TOPIC, self.partitions, rf, self.topic_configs(rf))
             except TopicExistsError:
-                record = controller.topics.get(TOPIC)
+                record = control.topics.get(TOPIC)
         if record is not None:
             self.use(record)
 
@@ -67,7 +71,7 @@ class TransactionStateLog:
 
     def replay(self, index: int):
         """(transactional_id, TxnLogValue or None) for each record of the partition, in log order."""
-        partition = self.broker.replicas.get(TOPIC, index)
+        partition = self.services.replicas.get(TOPIC, index)
         if partition is None:
             return
         lg, offset, end = partition.log, partition.log_start_offset, partition.log_end_offset
@@ -91,7 +95,7 @@ class TransactionStateLog:
     async def append(self, index: int, transactional_id: str, value: bytes | None, timeout_ms: int) -> int:
         """Append one record and wait until it is replicated; 0 or the error the client gets."""
         key = (TOPIC, index)
-        replicas = self.broker.replicas
+        replicas = self.services.replicas
         rec = Record(key=records.encode_key(transactional_id), value=value)
         outcomes = replicas.append(-1, {key: build_batch([rec], base_timestamp=now_ms())})
         error = outcomes[key].error

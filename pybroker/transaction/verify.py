@@ -2,6 +2,8 @@
 v4-5 request with verify_only set, sent to the leader of the id's ``__transaction_state`` partition."""
 import logging
 
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, COORDINATOR_NOT_AVAILABLE, INVALID_TXN_STATE,
+                                      NETWORK_EXCEPTION)
 from pybroker.protocol.messages import REQUESTS
 from pybroker.transaction.peers import PeerConnections
 from pybroker.transaction.state_log import TOPIC
@@ -10,20 +12,19 @@ log = logging.getLogger(__name__)
 
 ADD_PARTITIONS_TO_TXN = 24
 VERIFY_VERSIONS = (4, 5)  # the brokers' batched form; v5 as Kafka's brokers send it
-NETWORK_EXCEPTION, COORDINATOR_NOT_AVAILABLE, CLUSTER_AUTHORIZATION_FAILED, INVALID_TXN_STATE = 13, 15, 31, 48
 Request = REQUESTS[ADD_PARTITIONS_TO_TXN]
 
 
 class Verifier:
     def __init__(self, coordinator):
         self.coordinator = coordinator
-        self.peers = PeerConnections(coordinator.broker, "txn-verify")
+        self.peers = PeerConnections(coordinator.services.config, coordinator.services.metadata, "txn-verify")
 
     async def remote(self, tid: str, producer_id: int, epoch: int, partitions) -> dict:
         partitions = list(partitions)
-        broker = self.coordinator.broker
-        state = broker.metadata.partition(TOPIC, self.coordinator.partition_for(tid))
-        if state is None or state.leader < 0 or state.leader == broker.node_id:
+        services = self.coordinator.services
+        state = services.metadata.partition(TOPIC, self.coordinator.partition_for(tid))
+        if state is None or state.leader < 0 or state.leader == services.node_id:
             return {tp: COORDINATOR_NOT_AVAILABLE for tp in partitions}
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:

@@ -18,6 +18,7 @@ import asyncio
 import logging
 
 from pybroker.logs import event
+from pybroker.protocol.errors import ILLEGAL_SASL_STATE, UNSUPPORTED_SASL_MECHANISM
 from pybroker.security.principal import KafkaPrincipal
 from pybroker.security.sasl.plain import AuthenticationFailed, InvalidCredentials, PlainServer
 from pybroker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS, ScramServer
@@ -67,17 +68,17 @@ class SaslAuthenticator:
         session = conn.session
         lst = self.listener(session.listener)
         if lst is None:
-            return 34, []  # ILLEGAL_SASL_STATE: not a SASL listener
+            return ILLEGAL_SASL_STATE, []  # not a SASL listener
         enabled = list(lst.mechanisms)
         if session.authenticated and not self._may_reauthenticate(session, lst):
-            return 34, []  # as Kafka: no session lifetime, or less than a second since the last login
+            return ILLEGAL_SASL_STATE, []  # as Kafka: no session lifetime, or less than a second since the last login
         reauth = session.authenticated or session.sasl_state == EXPIRED
         if mechanism not in lst.mechanisms:
             self.fail(conn, mechanism, None, f"unsupported mechanism {mechanism!r}")
-            return 33, enabled  # UNSUPPORTED_SASL_MECHANISM
+            return UNSUPPORTED_SASL_MECHANISM, enabled
         if reauth and mechanism != session.mechanism:
             self.fail(conn, mechanism, None, f"re-authentication with {mechanism} instead of {session.mechanism}")
-            return 33, enabled
+            return UNSUPPORTED_SASL_MECHANISM, enabled
         if mechanism == "PLAIN":
             server = PlainServer(lst.plain_users)
         else:

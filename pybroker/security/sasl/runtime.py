@@ -1,23 +1,28 @@
-"""Wiring SASL into a broker: the SCRAM credential store, the authenticator, and the gate in front
-of each SASL listener's dispatcher (PLAINTEXT and SSL listeners are left untouched)."""
+"""The SASL service of a broker: the authenticator its SASL listeners use, over the SCRAM credential
+store of the metadata backend. The broker builds it and puts a gate (``AuthenticationGate`` in
+pybroker/api/dispatcher.py) in front of each SASL listener's dispatcher; PLAINTEXT and SSL
+listeners are left untouched."""
 from pybroker.net.framing import PreAuthFrameLimit
-from pybroker.security.credentials import LocalCredentialStore, ZkCredentialStore
 from pybroker.security.sasl.authenticator import SaslAuthenticator
 from pybroker.security.sasl.settings import SASL_PROTOCOLS, SaslSettings
 
 
-async def start(broker) -> None:
-    """Before the listeners open: credentials loaded, SASL listeners gated."""
-    from pybroker.api.dispatcher import AuthenticationGate
-    cfg = broker.config
-    store = ZkCredentialStore(broker.zk) if broker.zk is not None else LocalCredentialStore(cfg.log_dirs[0])
-    await store.startup()
-    broker.scram_credentials = store
-    settings = getattr(cfg, "sasl", None) or SaslSettings()
-    sasl_servers = [s for s in broker.servers if getattr(s, "security_protocol", "PLAINTEXT") in SASL_PROTOCOLS]
-    if not sasl_servers:
-        return
-    broker.sasl = SaslAuthenticator(settings, store)
-    for server in sasl_servers:
-        server.handler = AuthenticationGate(server.handler, broker.sasl)
-        server.max_pre_auth_bytes = PreAuthFrameLimit(settings.max_receive_bytes)
+def settings_of(config) -> SaslSettings:
+    return getattr(config, "sasl", None) or SaslSettings()
+
+
+def speaks_sasl(security_protocol: str) -> bool:
+    return security_protocol in SASL_PROTOCOLS
+
+
+def pre_auth_limit(config) -> PreAuthFrameLimit:
+    """The request size limit on a SASL connection until it has authenticated (sasl.server.max.receive.size)."""
+    return PreAuthFrameLimit(settings_of(config).max_receive_bytes)
+
+
+def new_authenticator(config, credentials) -> SaslAuthenticator | None:
+    """The SASL side of the broker (``credentials``: the SCRAM credential store); None when no listener
+    speaks SASL."""
+    if not any(speaks_sasl(config.security_protocol(listener.name)) for listener in config.listeners):
+        return None
+    return SaslAuthenticator(settings_of(config), credentials)
