@@ -37,61 +37,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-TOPIC = "bench"
-RECORD = 1024
+# the client processes and their settings are those of the protocol-versions benchmark
+from bench_protocol_versions import (CONSUMER, PRODUCER, RECORD, TOPIC, consume_role,  # noqa: E402
+                                     produce_role)
+
 CLIENT_TIMEOUT_S = 600
 START_S = 60
-PRODUCER = {"linger.ms": 5, "batch.size": 1000000, "compression.type": "none", "enable.idempotence": False,
-            "message.max.bytes": 1000000, "queue.buffering.max.kbytes": 1048576,
-            "queue.buffering.max.messages": 1000000}
-CONSUMER = {"fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 1048576, "fetch.wait.max.ms": 500,
-            "fetch.min.bytes": 1, "queued.max.messages.kbytes": 65536, "enable.auto.commit": False,
-            "check.crcs": False, "auto.offset.reset": "earliest"}
 SETUPS = {"single": {"brokers": 1, "partitions": 1, "rf": 1, "acks": "1"},
           "cluster": {"brokers": 3, "partitions": 3, "rf": 3, "acks": "all"}}
-
-
-# ---- client processes (``--role producer|consumer``): only confluent-kafka, no broker code ----
-
-def produce_role(bootstrap: str, records: int, partitions: int, acks: str) -> dict:
-    from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER})
-    value, failed = bytes(RECORD), []
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    start = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(TOPIC, value, partition=i % partitions, on_delivery=lambda e, _m: e and failed.append(e))
-                break
-            except BufferError:
-                p.poll(0.005)
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the producer queue stayed full")
-        if i % 5000 == 0:
-            p.poll(0)
-    left = p.flush(max(1.0, deadline - time.monotonic()))
-    if left or failed:
-        raise RuntimeError(f"undelivered: {left} left, errors {failed[:3]}")
-    return {"seconds": time.perf_counter() - start}
-
-
-def consume_role(bootstrap: str, records: int, partitions: int) -> dict:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}", **CONSUMER})
-    got = 0
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    start = time.perf_counter()
-    c.assign([TopicPartition(TOPIC, i, OFFSET_BEGINNING) for i in range(partitions)])
-    try:
-        while got < records:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"consumed {got} of {records}")
-            got += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
-    finally:
-        seconds = time.perf_counter() - start
-        c.close()
-    return {"seconds": seconds, "records": got}
 
 
 # ---- brokers of one tree ----

@@ -59,9 +59,9 @@ CONSUMER = {"fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 1048576, "
 
 # ---- client processes (run as ``--role producer|consumer``): only confluent-kafka, no broker code ----
 
-def produce_role(bootstrap: str, records: int, partitions: int) -> dict:
+def produce_role(bootstrap: str, records: int, partitions: int, acks: str | None = None) -> dict:
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER, **({"acks": acks} if acks else {})})
     value, failed = bytes(RECORD), []
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     start = time.perf_counter()

@@ -35,7 +35,12 @@ def measure(runs: int, min_time: float, versions) -> dict:
     tmp = tempfile.mkdtemp(prefix="pybroker-bench-produce-")
     config = LogConfig(retention_ms=-1, segment_bytes=1 << 30)
     logs = LogManager([tmp], config, background=False).startup()
-    rm = ReplicaManager(0, logs)
+    try:
+        rm = ReplicaManager(0, logs)
+    except TypeError:  # trees whose replica manager always has a fetcher manager (idle on a single node)
+        from pybroker.config import BrokerConfig
+        from pybroker.replica.fetcher import ReplicaFetcherManager
+        rm = ReplicaManager(0, logs, ReplicaFetcherManager(0, BrokerConfig.load(overrides=[], env={})))
     rm.apply_states(1, [PartitionState("bench", 0, 0, 1, (0,), (0,))], {}, lambda topic: config, {})
     broker = SimpleNamespace(replicas=rm, authorizer=None, metrics=None, transactions=None, quotas=None,
                              metadata=MetadataCache(),

@@ -18,7 +18,7 @@ def tier_of(path) -> str | None:
 
 
 # session fixtures too heavy to start once per parallel worker: their tests share one worker
-ONE_WORKER_FIXTURES = ("spark",)
+ONE_WORKER_FIXTURES = ("spark", "shared_cluster")
 
 
 def worker_group(item) -> str | None:
@@ -121,6 +121,65 @@ def zookeeper(tmp_path_factory):
     server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper"))).start()
     yield server
     server.stop()
+
+
+# what every broker of the shared cluster runs with: the settings of the cluster tests' own clusters
+SHARED_CLUSTER_OVERRIDES = {"min.insync.replicas": 2, "default.replication.factor": 3,
+                            "offsets.topic.num.partitions": 3, "zookeeper.session.timeout.ms": 6000,
+                            "replica.lag.time.max.ms": 3000}
+
+
+def under_replicated(cluster) -> list:
+    """The partitions of the cluster (topics being deleted aside) whose ISR is not all their replicas."""
+    import json
+    zk = cluster.zk()
+    deleting = set(zk.get_children("/admin/delete_topics")) if zk.exists("/admin/delete_topics") else set()
+    out = []
+    for topic in sorted(set(zk.get_children("/brokers/topics")) - deleting):
+        for p, replicas in json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"].items():
+            state = cluster.partition_state(topic, int(p))
+            if state is None or sorted(state["isr"]) != sorted(replicas):
+                out.append((topic, int(p), state and state["isr"], replicas))
+    return out
+
+
+def wait_intact(cluster, timeout: float = 60) -> None:
+    """Every broker running and registered, a controller, and every partition's ISR full."""
+    dead = [i for i, b in cluster.brokers.items() if not b.alive()]
+    assert not dead, f"brokers {dead} of the shared cluster are down; stderr tail: " + \
+        cluster.broker(dead[0]).stderr()[-2000:]
+    cluster.wait_formed(timeout)
+    lagging = []
+
+    def all_full() -> bool:
+        lagging[:] = under_replicated(cluster)
+        return not lagging
+    try:
+        cluster.wait_for(all_full, timeout, "every ISR of the shared cluster full")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; under-replicated (topic, partition, isr, replicas): {lagging}") from None
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory, zookeeper):
+    """One three-broker cluster (ids 1, 2, 3) per test session (all its tests run on one parallel worker),
+    for the tests that leave it as they found it: their own topic and group names, and any broker they
+    stop or pause back, with every ISR full, before they end (checked after each of them)."""
+    from tests.cluster import Cluster
+    cluster = Cluster(tmp_path_factory.mktemp("shared-cluster"), 3, zk=zookeeper, overrides=SHARED_CLUSTER_OVERRIDES)
+    try:
+        yield cluster
+        wait_intact(cluster)
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def _shared_cluster_left_intact(request):
+    """A test that leaves the shared cluster broken fails at its own teardown, not a later test."""
+    yield
+    if "shared_cluster" in request.fixturenames:
+        wait_intact(request.getfixturevalue("shared_cluster"))
 
 
 @pytest.fixture

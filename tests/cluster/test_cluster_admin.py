@@ -13,41 +13,41 @@ def metadata_on(cluster, broker_id: int, topic: str):
         return c.metadata([topic])
 
 
-def test_topic_lifecycle_through_any_broker(tmp_path, zookeeper):
-    with Cluster(tmp_path, 3, zk=zookeeper, overrides=OVERRIDES) as cluster:
-        with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.broker(1).port}"}) as admin:
-            admin.create_topics([NewTopic("orders", num_partitions=4, replication_factor=3,
-                                          config={"retention.ms": "3600000"})])
-            for b in (1, 2, 3):  # every broker soon knows every partition's leader and replicas
-                t = cluster.wait_for(lambda: (t := metadata_on(cluster, b, "orders").topics[0]).error_code == 0 and t,
-                                     30, f"broker {b} to know the topic")
-                assert t.error_code == 0 and len(t.partitions) == 4
-                assert all(p.leader_id in (1, 2, 3) and sorted(p.replica_nodes) == [1, 2, 3] for p in t.partitions)
-            leaders = {p: cluster.leader("orders", p) for p in range(4)}
-            assert len(set(leaders.values())) == 3, f"leadership is spread over the brokers: {leaders}"
+def test_topic_lifecycle_through_any_broker(shared_cluster):
+    cluster = shared_cluster
+    with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.broker(1).port}"}) as admin:
+        admin.create_topics([NewTopic("orders", num_partitions=4, replication_factor=3,
+                                      config={"retention.ms": "3600000"})])
+        for b in (1, 2, 3):  # every broker soon knows every partition's leader and replicas
+            t = cluster.wait_for(lambda: (t := metadata_on(cluster, b, "orders").topics[0]).error_code == 0 and t,
+                                 30, f"broker {b} to know the topic")
+            assert t.error_code == 0 and len(t.partitions) == 4
+            assert all(p.leader_id in (1, 2, 3) and sorted(p.replica_nodes) == [1, 2, 3] for p in t.partitions)
+        leaders = {p: cluster.leader("orders", p) for p in range(4)}
+        assert len(set(leaders.values())) == 3, f"leadership is spread over the brokers: {leaders}"
 
-            admin.alter_configs({ConfigResource("topic", "orders"): {"retention.ms": "7200000"}})
-            for b in (1, 2, 3):  # the change reaches every broker's mirror of the topic
-                with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.broker(b).port}"}) as one:
-                    cluster.wait_for(lambda: one.describe_configs([ConfigResource("topic", "orders")])[
-                        ConfigResource("topic", "orders")]["retention.ms"] == "7200000", 30,
-                        f"broker {b} to see the new retention.ms")
+        admin.alter_configs({ConfigResource("topic", "orders"): {"retention.ms": "7200000"}})
+        for b in (1, 2, 3):  # the change reaches every broker's mirror of the topic
+            with AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.broker(b).port}"}) as one:
+                cluster.wait_for(lambda: one.describe_configs([ConfigResource("topic", "orders")])[
+                    ConfigResource("topic", "orders")]["retention.ms"] == "7200000", 30,
+                    f"broker {b} to see the new retention.ms")
 
-            admin.create_partitions({"orders": 6})
-            cluster.wait_for(lambda: all(len(metadata_on(cluster, b, "orders").topics[0].partitions) == 6
-                                         for b in (1, 2, 3)), 30, "six partitions everywhere")
-            assert all(cluster.leader("orders", p) in (1, 2, 3) for p in (4, 5))
+        admin.create_partitions({"orders": 6})
+        cluster.wait_for(lambda: all(len(metadata_on(cluster, b, "orders").topics[0].partitions) == 6
+                                     for b in (1, 2, 3)), 30, "six partitions everywhere")
+        assert all(cluster.leader("orders", p) in (1, 2, 3) for p in (4, 5))
 
-            admin.delete_topics(["orders"])
-            cluster.wait_for(lambda: all(metadata_on(cluster, b, "orders").topics[0].error_code == 3
-                                         for b in (1, 2, 3)), 30, "the topic gone everywhere")
-            cluster.wait_for(lambda: not any(d.startswith("orders-") for b in (1, 2, 3)
-                                             for d in os.listdir(cluster.broker(b).data_dir)), 30,
-                             "the replicas' logs deleted")
-            assert cluster.zk().exists("/brokers/topics/orders") is None
-            admin.create_topics([NewTopic("orders", num_partitions=1, replication_factor=3)])  # same name again
-            cluster.wait_for(lambda: metadata_on(cluster, 2, "orders").topics[0].partitions[0].leader_id in (1, 2, 3),
-                             30, "the new topic led")
+        admin.delete_topics(["orders"])
+        cluster.wait_for(lambda: all(metadata_on(cluster, b, "orders").topics[0].error_code == 3
+                                     for b in (1, 2, 3)), 30, "the topic gone everywhere")
+        cluster.wait_for(lambda: not any(d.startswith("orders-") for b in (1, 2, 3)
+                                         for d in os.listdir(cluster.broker(b).data_dir)), 30,
+                         "the replicas' logs deleted")
+        assert cluster.zk().exists("/brokers/topics/orders") is None
+        admin.create_topics([NewTopic("orders", num_partitions=1, replication_factor=3)])  # same name again
+        cluster.wait_for(lambda: metadata_on(cluster, 2, "orders").topics[0].partitions[0].leader_id in (1, 2, 3),
+                         30, "the new topic led")
 
 
 def test_producer_ids_are_unique_across_brokers(tmp_path, zookeeper):

@@ -27,9 +27,8 @@ from pybroker.controller.zk_controller import topic_uuid
 from pybroker.protocol import REQUESTS
 from pybroker.records import build_batch, decode_records
 from tests.broker import BrokerProcess
-from tests.cluster import Cluster
 from tests.kafka_wire import WireClient
-from tests.cluster.test_replication import OVERRIDES, create_topic, wait_full_isr
+from tests.cluster.test_replication import create_topic, wait_full_isr
 
 NOT_LEADER_OR_FOLLOWER = 6
 STALE_CONTROLLER_EPOCH = 11
@@ -40,10 +39,10 @@ MADE_UP_EPOCHS = (-1, 0, 987654321987)
 TIMEOUT = 30
 
 
-@pytest.fixture
-def cluster(tmp_path, zookeeper):
-    with Cluster(tmp_path, 3, zk=zookeeper, overrides=OVERRIDES) as c:
-        yield c
+@pytest.fixture(scope="module")
+def cluster(shared_cluster):
+    """The session's shared three-broker cluster (tests/conftest.py): every request here is refused."""
+    return shared_cluster
 
 
 # ---- a ZooKeeper that is not there ------------------------------------------------------------------
@@ -150,9 +149,10 @@ def stored_values(port: int, topic: str) -> list:
 
 
 @pytest.fixture
-def seeded(cluster):
-    """A one-partition RF=3 topic holding 5 records, full ISR: (cluster, topic, leader, followers)."""
-    topic = create_topic(cluster, "seeded", partitions=1)
+def seeded(cluster, request):
+    """A one-partition RF=3 topic of the test's own holding 5 records, full ISR: (cluster, topic, leader,
+    followers)."""
+    topic = create_topic(cluster, "seeded-" + request.node.name.removeprefix("test_"), partitions=1)
     wait_full_isr(cluster, topic, 1)
     leader = cluster.leader(topic, 0)
     for i in range(5):

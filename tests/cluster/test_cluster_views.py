@@ -162,9 +162,9 @@ def test_describe_cluster_on_a_single_node(broker):
 # ---- a cluster -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, zookeeper):
-    with Cluster(tmp_path_factory.mktemp("views"), 3, zk=zookeeper, overrides=OVERRIDES) as c:
-        yield c
+def cluster(shared_cluster):
+    """The session's shared three-broker cluster (tests/conftest.py); this module's topics are its own."""
+    return shared_cluster
 
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,8 @@ import pytest
 from pybroker.controller.zk_controller import topic_uuid
 from pybroker.protocol import REQUESTS
 from pybroker.records import build_batch
-from tests.cluster import Cluster
 from tests.kafka_wire import WireClient
-from tests.cluster.test_replication import OVERRIDES, create_topic, wait_full_isr
+from tests.cluster.test_replication import create_topic, wait_full_isr
 
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
 STALE_CONTROLLER_EPOCH, FENCED_LEADER_EPOCH, STALE_BROKER_EPOCH = 11, 74, 77
@@ -41,9 +40,9 @@ TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, zookeeper):
-    with Cluster(tmp_path_factory.mktemp("interbroker"), 3, zk=zookeeper, overrides=OVERRIDES) as c:
-        yield c
+def cluster(shared_cluster):
+    """The session's shared three-broker cluster (tests/conftest.py); this module's topics are its own."""
+    return shared_cluster
 
 
 @pytest.fixture(scope="module")

@@ -247,27 +247,3 @@ def test_cut_off_follower_leaves_and_rejoins_the_isr(tmp_path, zookeeper):
         finally:
             producer.stop()
         check_data(cluster, topic, 1, producer)
-
-
-@pytest.mark.slow
-def test_stopped_follower_stays_out_of_an_idle_isr(tmp_path, zookeeper):
-    """With nothing written, a follower that stopped fetching (SIGSTOP) leaves the ISR and stays out:
-    the other follower's fetches must not bring it back on the last log end it reported."""
-    import time
-    overrides = {**OVERRIDES, "zookeeper.session.timeout.ms": 30000}
-    with Cluster(tmp_path, 3, zk=zookeeper, overrides=overrides) as cluster:
-        topic = create_topic(cluster, "idle-isr", partitions=1)
-        wait_full_isr(cluster, topic, 1)
-        leader = cluster.leader(topic, 0)
-        follower = next(b for b in (1, 2, 3) if b != leader)
-        cluster.pause(follower)
-        try:
-            cluster.wait_for(lambda: follower not in cluster.partition_state(topic, 0)["isr"], 20,
-                             "the leader to shrink the ISR")
-            watch_until = time.monotonic() + 3 * OVERRIDES["replica.lag.time.max.ms"] / 1000
-            while time.monotonic() < watch_until:  # an invariant over a bounded window
-                assert follower not in cluster.partition_state(topic, 0)["isr"], "a silent follower rejoined"
-                time.sleep(0.1)
-        finally:
-            cluster.resume(follower)
-        wait_full_isr(cluster, topic, 1)

@@ -14,10 +14,9 @@ import pytest
 from pybroker import core
 from pybroker.protocol import REQUESTS
 from pybroker.records import build_batch
-from tests.cluster import Cluster
 from tests.kafka_wire import WireClient
 from tests.replication_checks import LoggedProducer, check_replicas, high_watermark
-from tests.cluster.test_replication import OVERRIDES, create_topic, wait_full_isr
+from tests.cluster.test_replication import create_topic, wait_full_isr
 
 NOT_LEADER_OR_FOLLOWER = 6
 
@@ -50,9 +49,9 @@ def produce_batches(client: WireClient, topic: str, partition: int, batches: int
 # ---- a cluster
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, zookeeper):
-    with Cluster(tmp_path_factory.mktemp("verify"), 3, zk=zookeeper, overrides=OVERRIDES) as c:
-        yield c
+def cluster(shared_cluster):
+    """The session's shared three-broker cluster (tests/conftest.py); this module's topics are its own."""
+    return shared_cluster
 
 
 def leader_and_followers(cluster, topic: str, partition: int = 0) -> tuple[int, list]:

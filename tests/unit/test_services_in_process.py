@@ -3,67 +3,10 @@
 and its control; no sockets, no broker process."""
 import asyncio
 
-from pybroker.config import BrokerConfig
-from pybroker.controller.backend import build_metadata_backend
-from pybroker.controller.control import ControlHost
-from pybroker.controller.metadata_cache import MetadataCache
-from pybroker.coordinator.coordinator import CommitEntry, GroupCoordinator
-from pybroker.coordinator.offsets import OffsetStore
-from pybroker.log import LogManager
+from pybroker.coordinator.coordinator import CommitEntry
 from pybroker.records import (TRANSACTIONAL, Record, build_batch, decode_control_record, decode_records,
                               is_control_batch)
-from pybroker.replica.fetch_sessions import FetchSessionCache
-from pybroker.replica.fetcher import ReplicaFetcherManager
-from pybroker.replica.manager import ReplicaManager
-from pybroker.services import Services
-from pybroker.transaction.coordinator import TransactionCoordinator
-
-WAIT_S = 10.0
-
-
-async def start_services(log_dir) -> Services:
-    """What a broker builds before its listeners open, minus the listeners."""
-    cfg = BrokerConfig.load(overrides=[f"log.dirs={log_dir}", "node.id=0", "offsets.topic.num.partitions=2",
-                                       "transaction.state.log.num.partitions=2"], env={})
-    log_manager = LogManager([str(log_dir)], cfg.log).startup()
-    replicas = ReplicaManager(cfg.node_id, log_manager, ReplicaFetcherManager(cfg.node_id, cfg))
-    services = Services(cfg, cfg.node_id, MetadataCache(), FetchSessionCache(10),
-                        log_manager=log_manager, replicas=replicas)
-
-    def apply_leader_and_isr(controller_epoch, states, topic_ids, leaders):
-        return replicas.apply_states(controller_epoch, states, topic_ids, lambda topic: cfg.log, leaders)
-
-    host = ControlHost(cfg, replicas, services.metadata, services.registration, cfg.advertised_listeners,
-                       apply_leader_and_isr, apply_log_config=lambda topic: None,
-                       set_available=lambda available, why: None)
-    backend = await build_metadata_backend(host, None, lambda values: None, cfg.log)
-    services.control, services.cluster_id, services.quotas = backend.control, backend.cluster_id, backend.quotas
-    replicas.isr_writer = backend.control.write_isr
-    services.offsets = OffsetStore(cfg, services)
-    services.coordinator = GroupCoordinator(cfg, services.offsets)
-    services.offsets.coordinator = services.coordinator
-    services.transactions = TransactionCoordinator(cfg, services)
-    replicas.listeners += [services.offsets, services.transactions]
-    services.coordinator.startup()
-    services.transactions.startup()
-    await services.control.start()
-    replicas.start()
-    return services
-
-
-async def stop_services(services: Services) -> None:
-    services.coordinator.shutdown()
-    await services.transactions.shutdown()
-    await services.control.close()
-    services.replicas.shutdown()
-    services.log_manager.shutdown()
-
-
-async def wait_for(condition, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+from tests.inprocess import start_services, stop_services, wait_for
 
 
 def test_committed_offsets_come_back_from_the_log_after_a_restart(tmp_path):
