@@ -97,6 +97,16 @@ def settle(*clients, rounds: int = 5) -> None:
     raise AssertionError(f"group not stable after {rounds} rounds: {group.state}")
 
 
+def settled_pair(services):
+    """Members "a" and "b" of the group, joined and heartbeated until the assignment settles."""
+    coordinator = services.coordinator
+    a, b = Consumer(coordinator, "a"), Consumer(coordinator, "b")
+    a.beat()
+    b.beat()
+    settle(a, b)
+    return coordinator, Invariants(coordinator), a, b
+
+
 def test_a_partition_reaches_its_new_member_only_after_its_owner_revoked_it(tmp_path):
     async def go():
         services, orders = await start(tmp_path)
@@ -129,11 +139,7 @@ def test_a_partition_reaches_its_new_member_only_after_its_owner_revoked_it(tmp_
 def test_member_epochs_fence_zombies_and_stale_commits(tmp_path):
     async def go():
         services, orders = await start(tmp_path)
-        coordinator, inv = services.coordinator, Invariants(services.coordinator)
-        a, b = Consumer(coordinator, "a"), Consumer(coordinator, "b")
-        a.beat()
-        b.beat()
-        settle(a, b)
+        coordinator, inv, a, b = settled_pair(services)
         assert a.epoch == b.epoch == 2
         mine = dict(a.owned)
         assert a.beat(epoch=3).error == FENCED_MEMBER_EPOCH  # ahead of the coordinator
@@ -157,11 +163,7 @@ def test_member_epochs_fence_zombies_and_stale_commits(tmp_path):
 def test_a_silent_member_is_removed_after_the_session_timeout_and_its_partitions_move(tmp_path):
     async def go():
         services, orders = await start(tmp_path)
-        coordinator, inv = services.coordinator, Invariants(services.coordinator)
-        a, b = Consumer(coordinator, "a"), Consumer(coordinator, "b")
-        a.beat()
-        b.beat()
-        settle(a, b)
+        coordinator, inv, a, b = settled_pair(services)
         group = coordinator.consumer.groups[GROUP]
         epoch = group.group_epoch
         await advance(SESSION_S - 15)
