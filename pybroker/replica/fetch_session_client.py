@@ -19,7 +19,7 @@ class FetchSessionClient:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.sent: dict = {}     # key -> parameters the session holds
-        self._pending: dict = {}  # key -> parameters of the request in flight
+        self._pending: dict | None = None  # key -> parameters of the request in flight; None: none counts
 
     @property
     def full(self) -> bool:
@@ -37,6 +37,8 @@ class FetchSessionClient:
 
     def answered(self, error_code: int, session_id: int) -> None:
         """The leader's answer to the request ``build`` described."""
+        if self._pending is None:  # reset while it was in flight: the next request starts over anyway
+            return
         if error_code in SESSION_ERRORS:
             self.reset()
             return
@@ -48,9 +50,10 @@ class FetchSessionClient:
             return
         else:
             self.epoch = next_epoch(self.epoch)
-        self.sent = self._pending
+        self.sent, self._pending = self._pending, None
 
     def reset(self) -> None:
         """Start over: the next request is a full fetch that also closes the current session."""
         self.epoch = INITIAL_EPOCH
         self.sent = {}
+        self._pending = None

@@ -87,6 +87,8 @@ class ReplicaFetcher:
     def add(self, partitions) -> None:
         for p in partitions:
             key = (p.topic, p.index)
+            if self.topic_ids.get(p.topic, p.topic_id) != p.topic_id:
+                self.session.reset()  # the topic was recreated: the leader's session holds the old id
             self.partitions[key] = p
             self.topic_ids[p.topic] = p.topic_id
             self.unchecked.add(key)

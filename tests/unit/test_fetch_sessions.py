@@ -125,3 +125,14 @@ def test_session_client_sends_only_changes():
     c.answered(71, 0)  # a session error: full again, closing 99
     assert (c.session_id, c.epoch) == (99, 0) and c.build({"a": 1}) == (["a"], [])
 
+
+
+def test_session_client_reset_while_a_request_is_in_flight():
+    """An answer to a request sent before a reset does not revive the old session's view."""
+    c = FetchSessionClient()
+    c.build({"a": 1})
+    c.answered(0, 99)
+    c.build({"a": 1})  # in flight when the fetcher resets the session
+    c.reset()
+    c.answered(0, 99)
+    assert c.full and c.build({"a": 1}) == (["a"], [])

@@ -42,3 +42,34 @@ def test_truncating_partitions_stay_out_of_the_session(tmp_path):
         for lg in logs:
             lg.close()
 
+
+
+def test_a_recreated_topic_starts_a_new_session(tmp_path):
+    """A topic deleted and created again under the same name has a new id: the leader's session
+    still names the old one, so the fetcher starts over with a full fetch naming the new id
+    (otherwise an unchanged offset keeps the partition out of every incremental request)."""
+    import uuid
+    config = BrokerConfig(node_id=7)
+    old = Log(str(tmp_path / "old" / "t-0"), "t", 0, LogConfig(retention_ms=-1))
+    new = Log(str(tmp_path / "new" / "t-0"), "t", 0, LogConfig(retention_ms=-1))
+    first = Partition("t", 0, uuid.uuid4(), old, 7, 0, (0, 7))
+    again = Partition("t", 0, uuid.uuid4(), new, 7, 0, (0, 7))
+
+    async def run():
+        fetcher = ReplicaFetcher(ReplicaFetcherManager(7, config), 0, ("127.0.0.1", 1))
+        fetcher.task = asyncio.get_running_loop().create_future()  # keeps add() from starting the fetch loop
+        fetcher.add([first])
+        wanted, _ = fetcher.wanted()
+        fetcher.session.build(wanted)
+        fetcher.session.answered(0, 42)
+        fetcher.remove([("t", 0)])
+        fetcher.add([again])
+        wanted, _ = fetcher.wanted()
+        assert fetcher.session.full and fetcher.session.build(wanted) == ([("t", 0)], [])
+        assert fetcher.topic_ids["t"] == again.topic_id
+
+    try:
+        asyncio.run(run())
+    finally:
+        old.close()
+        new.close()
