@@ -10,9 +10,14 @@ Start order: log dirs (recovery) → listeners bound → coordinators → metada
 dynamic configs, quotas, ACLs, credentials) → partitions → listeners open → joining the cluster.
 Stop order is the reverse: stop accepting and finish in-flight requests, leave the cluster, then
 snapshot producer state, flush, write checkpoints and the clean-shutdown marker.
+
+The schema registry (``schema.registry.listeners``; pybroker/registry) starts last, in the background,
+as a client of this broker's inter-broker listener, and stops first.
 """
 import asyncio
 import dataclasses
+import hashlib
+import hmac
 import logging
 import signal
 
@@ -82,6 +87,8 @@ class Broker:
         self.metrics_server = None
         self.ready = False  # serving clients: what /health says
         self.readiness = "starting"  # why not, for /health
+        self.registry = None  # the running schema registry (pybroker/registry); None: off or not started yet
+        self._registry_task = None
 
     @property
     def server(self):
@@ -125,7 +132,50 @@ class Broker:
         self.readiness = "joining the cluster and waiting for the controller"
         await self.control.join()
         self.ready, self.readiness = True, "ready"
+        if cfg.raw.get("schema.registry.listeners"):  # in the background: the Kafka listeners never wait for it
+            self._registry_task = asyncio.get_running_loop().create_task(self._start_registry(),
+                                                                         name="schema registry start")
         return self
+
+    async def _start_registry(self) -> None:
+        """The schema registry, a client of this broker's inter-broker listener with its security."""
+        from pybroker.registry import start_registry
+        from pybroker.security.inter_broker import inter_broker_security
+        cfg = self.config
+        name = cfg.inter_broker_listener.name
+        listener = next((a for a in self.advertised if a.name == name), self.advertised_listener)
+        client_config = {"client.id": f"schema-registry-{self.node_id}"}
+        try:
+            security = inter_broker_security(cfg)  # a SASL listener needs this broker's own credentials
+            if security is not None:
+                client_config["security.protocol"] = security.protocol
+                if security.sasl:
+                    client_config.update({"sasl.mechanism": security.mechanism, "sasl.username": security.username,
+                                          "sasl.password": security.password})
+            self.registry = await start_registry(
+                cfg.raw, f"{listener.host}:{listener.port}", client_config, cfg.zookeeper_connect,
+                _registry_authenticate(self.sasl) if self.sasl is not None else None,
+                security=security, advertised_host=listener.host)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the schema registry could not start; the broker goes on without it")
+            return
+        if self.registry is not None:
+            for url in self.registry.urls:
+                log.info("schema registry on %s", url)
+
+    async def _stop_registry(self) -> None:
+        task, self._registry_task = self._registry_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        registry, self.registry = self.registry, None
+        if registry is not None:
+            try:
+                await registry.stop()
+            except Exception:
+                log.exception("stopping the schema registry")
 
     async def _start_metrics(self) -> None:
         from pybroker.metrics.http import MetricsServer
@@ -257,6 +307,7 @@ class Broker:
 
     async def stop(self, timeout: float = 30.0) -> None:
         self.ready, self.readiness = False, "stopping"
+        await self._stop_registry()  # first: it is a client of the listeners about to close
         self._answer_parked()
         for server in self.servers:
             await server.stop(timeout)
@@ -276,6 +327,7 @@ class Broker:
 
     async def abandon(self) -> None:
         """An in-process ``kill``: stop serving and let go of the files, writing nothing."""
+        await self._stop_registry()  # its HTTP port and ZooKeeper session go with the process
         for server in self.servers:
             await server.stop(0.0)
         manager = self.log_manager
@@ -316,3 +368,37 @@ class Broker:
         for w in waits:
             w.cancel()
         await self.stop(timeout)
+
+
+def _registry_authenticate(sasl):
+    """HTTP basic authentication for the schema registry against the broker's SASL users: a PLAIN user
+    of any SASL listener, or a SCRAM credential of the credential store (checked as a SCRAM login
+    would: the stored key derived from the password). Successful SCRAM checks are remembered (by a hash
+    of the password), so a client's requests do not each pay the key derivation."""
+    from pybroker.security.sasl.scram import MECHANISMS, credential_from_salted, salted_password
+    plain = {}
+    for listener in sasl.settings.listeners.values():
+        plain.update(listener.plain_users)
+    verified: dict = {}  # (user, mechanism, credential, sha256 of the password) -> True
+
+    def authenticate(user: str, password: str) -> bool:
+        expected = plain.get(user)
+        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
+            return True
+        digest = hashlib.sha256(password.encode()).digest()
+        for mechanism in MECHANISMS.values():
+            credential = sasl.credentials.get(user, mechanism.name)
+            if credential is None:
+                continue
+            key = (user, mechanism.name, credential, digest)
+            if key in verified:
+                return True
+            salted = salted_password(mechanism, password, credential.salt, credential.iterations)
+            derived = credential_from_salted(mechanism, credential.salt, salted, credential.iterations)
+            if hmac.compare_digest(derived.stored_key, credential.stored_key):
+                if len(verified) > 1024:
+                    verified.clear()
+                verified[key] = True
+                return True
+        return False
+    return authenticate

@@ -151,6 +151,8 @@ def main(argv=None) -> int:
     add_acls_command(sub)
     from pybroker.tools.transactions import add_parser as add_transactions_command  # kafka-transactions
     add_transactions_command(sub)
+    from pybroker.tools.schemas import add_parser as add_schemas_command  # the schema registry's REST API
+    add_schemas_command(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

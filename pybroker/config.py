@@ -20,6 +20,9 @@ Single-node KRaft keys are accepted when harmless: ``process.roles`` must be ``b
 controller runs in-process). ``zookeeper.connect`` selects the ZooKeeper metadata store (clusters);
 without it the ``local`` store in the first log dir is used. Kafka's stock ``server.properties``
 loads unchanged.
+
+``schema.registry.*`` keys configure the schema registry the broker serves when
+``schema.registry.listeners`` is set (checked by pybroker/registry/settings.py; see docs/schema-registry.md).
 """
 import base64
 import binascii
@@ -160,6 +163,7 @@ SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.c
              | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
+SCHEMA_REGISTRY_PREFIX = "schema.registry."  # the registry's own keys: pybroker/registry/settings.py
 # keys that may also be set for one listener as listener.name.<listener, lower case>.<key>
 LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")} | {"max.connections"}
 
@@ -313,7 +317,8 @@ class BrokerConfig:
             if key in IGNORED or suffix in IGNORED:
                 ignored.append(key)
                 log.info("ignoring config %s=%s: %s", key, raw[key], IGNORED[key if key in IGNORED else suffix])
-            elif key not in SUPPORTED and suffix not in LISTENER_KEYS and not sasl_settings.is_sasl_key(key):
+            elif key not in SUPPORTED and suffix not in LISTENER_KEYS and not sasl_settings.is_sasl_key(key) \
+                    and not key.startswith(SCHEMA_REGISTRY_PREFIX):
                 known = sorted(SUPPORTED | IGNORED.keys())
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -375,6 +380,7 @@ class BrokerConfig:
         _authorizer(raw, values)
         _consumer_groups(raw, values)
         values["sasl"] = _sasl(raw, listeners, values)
+        _schema_registry(raw)
         return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
 
     def describe(self) -> dict[str, tuple[str | None, bool]]:
@@ -608,6 +614,14 @@ def _sasl(raw: Mapping[str, str], listeners, values: dict):
     except sasl_settings.SaslConfigError as exc:
         raise ConfigError(str(exc), exc.key) from None
     return settings
+
+
+def _schema_registry(raw: Mapping[str, str]) -> None:
+    """schema.registry.* keys: checked by the registry's settings, so a bad one stops the broker at start."""
+    if not any(key.startswith(SCHEMA_REGISTRY_PREFIX) for key in raw):
+        return
+    from pybroker.registry.settings import RegistrySettings
+    RegistrySettings.from_raw(raw)  # raises ConfigError naming the key
 
 
 def _authorizer(raw: Mapping[str, str], values: dict) -> None:

@@ -3,7 +3,11 @@
 Partitions come from group management (``subscribe`` to topics or a pattern; needs
 ``group.id``) or are chosen by the application (``assign``). Positions start at the committed
 offset (with a group id) or follow ``auto.offset.reset``. ``poll`` returns a list of
-``ConsumerRecord``; ``poll_batch`` returns a ``pyarrow.RecordBatch`` (schema
+``ConsumerRecord``; with ``key.deserializer``/``value.deserializer`` (settings, or the keywords
+``key_deserializer=``/``value_deserializer=``; confluent-kafka's deserializers or any callable
+``(data, SerializationContext)``, see ``serialization.py``) its key and value are what they return, and a
+record they refuse raises Key/ValueDeserializationError in its turn (``poll_batch`` and ``poll_raw``
+return bytes). ``poll_batch`` returns a ``pyarrow.RecordBatch`` (schema
 ``pybroker.client.arrow.SCHEMA``; rows of several partitions concatenated; no rows on timeout).
 
 ``group.protocol`` picks the group protocol: ``classic`` (JoinGroup/SyncGroup; the default) or
@@ -43,6 +47,7 @@ from pybroker.client.fetcher import Fetcher
 from pybroker.client.group import GroupMembership, compile_pattern
 from pybroker.client.group_consumer_protocol import ConsumerProtocolMembership
 from pybroker.client.runner import LoopThread
+from pybroker.client.serialization import RecordDeserializer, check_serde, merge_keywords
 from pybroker.client.types import EARLIEST, LATEST, ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
@@ -93,6 +98,8 @@ CONSUMER_KEYS = {
     "client.rack": (str, ""),
     "allow.auto.create.topics": (bool, True),
     "exclude.internal.topics": (bool, True),
+    "key.deserializer": (check_serde, None),  # callables as confluent-kafka's: see serialization.py
+    "value.deserializer": (check_serde, None),
 }
 
 
@@ -138,7 +145,8 @@ def _subscription_arg(topics):
 class AsyncConsumer:
     """The asyncio consumer. ``await start()`` (or ``async with``) before use."""
 
-    def __init__(self, conf: dict, *, _facade=None):
+    def __init__(self, conf: dict, *, key_deserializer=None, value_deserializer=None, _facade=None):
+        conf = merge_keywords(conf, {"key_deserializer": key_deserializer, "value_deserializer": value_deserializer})
         self.config = parse(conf, "consumer", CONSUMER_KEYS)
         if self.config["group.instance.id"] is not None and not self.config["group.id"]:
             raise ConfigError("group.instance.id requires group.id")
@@ -174,6 +182,20 @@ class AsyncConsumer:
         self._closed = False
         self._buffer = []  # records handed out one by one by the iterator
         self._buffer_at = 0
+        self._deserialize = self._deserializer()  # None unless a deserializer is set
+
+    def _deserializer(self):
+        kd, vd = self.config["key.deserializer"], self.config["value.deserializer"]
+        if kd is None and vd is None:
+            return None
+        from pybroker import core
+
+        def seek(topic, partition, offset):
+            try:
+                self._fetcher.seek((topic, partition), offset)
+            except ValueError:  # no longer assigned: whoever owns it now reads it
+                pass
+        return RecordDeserializer(kd, vd, core.client_codec.ConsumerRecord, seek)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -408,6 +430,8 @@ class AsyncConsumer:
         self._check_open()
         n = self._max_poll_records if max_records is None else max(1, int(max_records))
         records = await self._take_when_ready(timeout_ms, lambda: self._fetcher.take_records(n))
+        if records and self._deserialize is not None:
+            return self._deserialize(records)
         return records or []
 
     async def poll_batch(self, timeout_ms: int = 1000, max_records: int | None = None):
@@ -656,8 +680,9 @@ class Consumer:
     round trip to the loop), while the loop keeps the next Fetch in flight.
     """
 
-    def __init__(self, conf: dict):
-        self._async = AsyncConsumer(conf, _facade=self)
+    def __init__(self, conf: dict, *, key_deserializer=None, value_deserializer=None):
+        self._async = AsyncConsumer(conf, key_deserializer=key_deserializer, value_deserializer=value_deserializer,
+                                    _facade=self)
         self.config = self._async.config
         self._runner = LoopThread("pybroker-consumer-loop")
         try:
@@ -807,7 +832,7 @@ class Consumer:
             a._before_take(time.monotonic(), threadsafe=True)
             records = take(n)
             if records:
-                return records
+                return records if a._deserialize is None else a._deserialize(records)
             if not self._wait(deadline):
                 return []
 

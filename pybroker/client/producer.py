@@ -18,7 +18,10 @@ Sending a record::
     producer.produce(topic, value=None, key=None, partition=-1, timestamp=None, headers=None,
                      on_delivery=None)
 
-``value``/``key``: bytes-like, str (UTF-8 encoded) or None. ``partition`` -1 lets the
+``value``/``key``: bytes-like, str (UTF-8 encoded) or None; with ``value.serializer`` /
+``key.serializer`` (settings, or the keywords ``value_serializer=``/``key_serializer=``) any object,
+turned into bytes by the serializer first, called as confluent-kafka calls it (see ``serialization.py``;
+a failure raises Key/ValueSerializationError). ``partition`` -1 lets the
 partitioner choose. ``timestamp``: ms since the epoch (default: now). ``headers``: a list of
 ``(str, bytes | None)`` pairs or a dict. ``on_delivery(err, RecordMetadata)`` reports the outcome
 (``err`` None on success; on failure the metadata's offset is -1).
@@ -79,6 +82,7 @@ from pybroker.client.producer_engine import ProducerEngine, fast_module, wait_ev
 from pybroker.client.producer_input import buffer_full_error, closed_error
 from pybroker.client.producer_transactions import AsyncTransactions, SyncTransactions
 from pybroker.client.runner import LoopThread
+from pybroker.client.serialization import bind_serializers, merge_keywords
 from pybroker.client.types import RecordMetadata
 
 _fast_module = fast_module  # the native fast path or its pure twin (tests check which one is used)
@@ -88,12 +92,14 @@ BUSY_SLEEP_S = 0.0005
 class AsyncProducer(AsyncTransactions):
     """The asyncio producer; see the module docstring for the API and settings."""
 
-    def __init__(self, conf):
-        self._engine = ProducerEngine(conf)
+    def __init__(self, conf, *, key_serializer=None, value_serializer=None):
+        self._engine = ProducerEngine(merge_keywords(conf, {"key_serializer": key_serializer,
+                                                            "value_serializer": value_serializer}))
         self._space = None
         self._started = False
         self._closed = False
         self._yield = False
+        bind_serializers(self, self._engine.cfg)
 
     @property
     def config(self):
@@ -262,8 +268,9 @@ class Producer(SyncTransactions):
     """The blocking producer; see the module docstring. Starts itself; ``close()`` (or ``with``)
     stops it. ``produce`` is the native per-record path."""
 
-    def __init__(self, conf):
-        self._engine = eng = ProducerEngine(conf)
+    def __init__(self, conf, *, key_serializer=None, value_serializer=None):
+        self._engine = eng = ProducerEngine(merge_keywords(conf, {"key_serializer": key_serializer,
+                                                                  "value_serializer": value_serializer}))
         self._thread = LoopThread("pybroker-producer")
         self._reports = deque()
         self._cv = threading.Condition()
@@ -287,6 +294,7 @@ class Producer(SyncTransactions):
         self.produce = eng.appender.produce  # the native fast path, bound directly
         if eng.txn is not None:  # records only inside a transaction
             self.produce = self._txn_produce
+        bind_serializers(self, eng.cfg)  # only when a serializer is set: produce stays native otherwise
 
     @property
     def config(self):

@@ -3,6 +3,7 @@
 from pybroker.client import config as client_config
 from pybroker.client import partitioner as partitioners
 from pybroker.client.errors import ConfigError
+from pybroker.client.serialization import check_serde
 
 COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -35,6 +36,8 @@ PRODUCER_KEYS = {
     "allow.auto.create.topics": (bool, True),
     "transactional.id": (str, None),
     "transaction.timeout.ms": (int, 60000, 1),
+    "key.serializer": (check_serde, None),  # callables as confluent-kafka's: see serialization.py
+    "value.serializer": (check_serde, None),
 }
 
 

@@ -55,8 +55,9 @@ def resolve_batch_ranges(opts: ReadOptions) -> list:
 class BatchReader(DataSourceReader):
     """Reads fixed offset ranges; picklable (holds only options and plain values)."""
 
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, decoding=None):
         self.opts = opts
+        self.decoding = decoding  # a registry_decode.DecodePlan when keys/values are decoded
 
     def partitions(self):
         ranges = plan_ranges(resolve_batch_ranges(self.opts), self.opts.min_partitions,
@@ -64,9 +65,18 @@ class BatchReader(DataSourceReader):
         return [RangePartition(*r) for r in ranges]
 
     def read(self, partition):
-        from pyspark_pybroker.fetch import read_range
-
         if not isinstance(partition, RangePartition):
             return iter(())  # nothing planned: Spark still runs one task with a placeholder
-        return read_range(self.opts, partition.topic, partition.partition, partition.start,
-                          partition.end)
+        return read_partition(self.opts, self.decoding, partition)
+
+
+def read_partition(opts: ReadOptions, decoding, partition: RangePartition):
+    """The Arrow batches of one planned range, decoded when the read has a decode plan."""
+    from pyspark_pybroker.fetch import read_range
+
+    batches = read_range(opts, partition.topic, partition.partition, partition.start, partition.end)
+    if decoding is None:
+        return batches
+    from pyspark_pybroker.registry_decode import decode_batches
+
+    return decode_batches(decoding, opts.include_headers, batches, partition.topic, partition.partition)

@@ -32,6 +32,10 @@ _SOURCE_OPTIONS = [
     "failOnDataLoss", "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger", "maxTriggerDelay", "includeHeaders", "kafkaConsumer.pollTimeoutMs",
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
+    # decoding of schema-registry framed keys and values (registry_decode.py)
+    "schema.registry.url", "schema.registry.basic.auth.user.info", "schema.registry.ssl.ca.location",
+    "key.format", "value.format", "key.subject", "value.subject", "key.schema.version",
+    "value.schema.version", "mode",
 ]
 _SINK_OPTIONS = ["kafka.bootstrap.servers", "bootstrapServers", "topic", "includeHeaders"]
 _ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
@@ -39,8 +43,10 @@ _ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp
 # Kafka client settings Spark's Kafka source refuses, and why.
 _REFUSED_CLIENT_KEYS = {
     "auto.offset.reset": "set the source option 'startingOffsets' instead",
-    "key.deserializer": "keys are always read as bytes (cast the 'key' column instead)",
-    "value.deserializer": "values are always read as bytes (cast the 'value' column instead)",
+    "key.deserializer": "keys are read as bytes (cast the 'key' column, or set 'key.format' for schema-registry "
+                        "framed keys)",
+    "value.deserializer": "values are read as bytes (cast the 'value' column, or set 'value.format' for "
+                          "schema-registry framed values)",
     "enable.auto.commit": "the source tracks offsets itself and never commits them",
     "interceptor.classes": "interceptors are not supported",
     "key.serializer": "keys are written as given (string or binary column)",
@@ -354,6 +360,7 @@ class ReadOptions:
     poll_timeout_ms: int = 120_000
     offset_retries: int = 3
     offset_retry_interval_ms: int = 10
+    registry: "RegistryOptions | None" = field(default=None, repr=False)  # None: keys and values stay bytes
     client: dict = field(default_factory=dict, repr=False)  # kafka.* client properties (may hold a password)
 
     def client_config(self) -> dict:
@@ -442,8 +449,88 @@ def parse_read_options(options, streaming: bool | None) -> ReadOptions:
         poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs", default=120_000),
         offset_retries=_int(opts, "fetchOffset.numRetries", minimum=0, default=3),
         offset_retry_interval_ms=_int(opts, "fetchOffset.retryIntervalMs", minimum=0, default=10),
+        registry=parse_registry_options(opts, subscription),
         client=client,
     )
+
+
+FORMATS = ("raw", "avro", "json", "protobuf", "confluent")  # confluent: whichever type the registry has
+MODES = ("PERMISSIVE", "FAILFAST", "DROPMALFORMED")
+
+
+@dataclass(frozen=True)
+class PartFormat:
+    """How the key or the value is decoded: the format and the subject version of the reader schema."""
+    part: str  # "key" | "value"
+    format: str  # one of FORMATS but "raw"
+    subject: str
+    version: str  # "latest" or a version number
+
+
+@dataclass(frozen=True)
+class RegistryOptions:
+    """The checked registry options of a read that decodes its keys and/or values."""
+    url: str
+    mode: str
+    key: PartFormat | None
+    value: PartFormat | None
+    user_info: str | None = field(default=None, repr=False)  # user:password
+    ca_location: str | None = None
+
+    def parts(self) -> list:
+        return [p for p in (self.key, self.value) if p is not None]
+
+
+def _single_topic(subscription: Subscription) -> str | None:
+    topics = subscription.topics if subscription.kind == "subscribe" else \
+        tuple(dict.fromkeys(t for t, _ in subscription.partitions))
+    return topics[0] if len(topics) == 1 else None
+
+
+def _part_format(opts: dict, part: str, subscription: Subscription) -> PartFormat | None:
+    fmt = (opts.get(f"{part}.format") or "raw").strip().lower()
+    if fmt not in FORMATS:
+        raise OptionError(f"option '{part}.format' must be one of {', '.join(FORMATS)}, got '{opts[f'{part}.format']}'")
+    subject, version = opts.get(f"{part}.subject"), opts.get(f"{part}.schema.version")
+    if fmt == "raw":
+        given = [n for n, v in ((f"{part}.subject", subject), (f"{part}.schema.version", version)) if v is not None]
+        if given:
+            raise OptionError(f"option '{given[0]}' needs '{part}.format' (avro, json, protobuf or confluent)")
+        return None
+    if subject is None:
+        topic = _single_topic(subscription)
+        if topic is None:
+            raise OptionError(f"option '{part}.subject' must be set when reading several topics (or a pattern) "
+                              f"with '{part}.format': the reader schema is the subject's, by default <topic>-{part}")
+        subject = f"{topic}-{part}"
+    elif not subject.strip():
+        raise OptionError(f"option '{part}.subject' is empty")
+    version = (version or "latest").strip().lower()
+    if version != "latest" and (not version.isdigit() or int(version) < 1):
+        raise OptionError(f"option '{part}.schema.version' must be 'latest' or a version number >= 1, "
+                          f"got '{opts[f'{part}.schema.version']}'")
+    return PartFormat(part, fmt, subject.strip(), version if version == "latest" else str(int(version)))
+
+
+def parse_registry_options(opts: dict, subscription: Subscription) -> RegistryOptions | None:
+    """The decoding options; None when neither key.format nor value.format asks for decoding."""
+    key = _part_format(opts, "key", subscription)
+    value = _part_format(opts, "value", subscription)
+    raw_mode = opts.get("mode")
+    mode = (raw_mode or "PERMISSIVE").strip().upper()
+    if mode not in MODES:
+        raise OptionError(f"option 'mode' must be one of {', '.join(MODES)}, got '{raw_mode}'")
+    if key is None and value is None:
+        return None
+    url = (opts.get("schema.registry.url") or "").strip()
+    if not url:
+        raise OptionError("option 'schema.registry.url' must be set to decode keys or values with the "
+                          "schema registry (e.g. http://127.0.0.1:8081)")
+    if any(not u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+        raise OptionError(f"option 'schema.registry.url' must be http:// or https:// URLs, got '{url}'")
+    return RegistryOptions(url=url, mode=mode, key=key, value=value,
+                           user_info=opts.get("schema.registry.basic.auth.user.info"),
+                           ca_location=opts.get("schema.registry.ssl.ca.location"))
 
 
 def _mismatch_message(option: str, extra: list, missing: list) -> str:

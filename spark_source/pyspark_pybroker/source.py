@@ -18,7 +18,11 @@ class PybrokerDataSource(DataSource):
 
     def schema(self):
         # checked here too so that load() already fails on a bad option
-        parse_read_options(self.options, streaming=None)
+        opts = parse_read_options(self.options, streaming=None)
+        if opts.registry is not None:  # typed keys/values: the reader schemas come from the registry
+            from pyspark_pybroker.registry_decode import decoded_schema, resolve_plan
+
+            return decoded_schema(resolve_plan(opts.registry), opts.include_headers)
         return spark_schema(include_headers(self.options))
 
     def reader(self, schema):
@@ -26,18 +30,18 @@ class PybrokerDataSource(DataSource):
         from pyspark_pybroker.fetch import read_config
 
         opts = parse_read_options(self.options, streaming=False)
-        check_user_schema(schema, opts.include_headers)
+        decoding = _decoding(opts, schema)
         read_config(opts)  # a bad kafka.* setting fails here, before any task
-        return BatchReader(opts)
+        return BatchReader(opts, decoding)
 
     def streamReader(self, schema):
         from pyspark_pybroker.fetch import read_config
         from pyspark_pybroker.stream import StreamReader
 
         opts = parse_read_options(self.options, streaming=True)
-        check_user_schema(schema, opts.include_headers)
+        decoding = _decoding(opts, schema)
         read_config(opts)
-        return StreamReader(opts)
+        return StreamReader(opts, decoding)
 
     def writer(self, schema, overwrite: bool):
         from pyspark_pybroker.sink import BatchWriter, check_sink_schema, write_config
@@ -54,6 +58,33 @@ class PybrokerDataSource(DataSource):
         check_sink_schema(schema, opts)
         write_config(opts)
         return StreamWriter(opts)
+
+
+def _decoding(opts, schema):
+    """The decode plan of a read with key.format/value.format (None without), its reader schemas resolved
+    again here; ``schema`` (what Spark planned with) must still be what they give."""
+    if opts.registry is None:
+        check_user_schema(schema, opts.include_headers)
+        return None
+    from pyspark_pybroker.registry_decode import decoded_schema, resolve_plan
+
+    plan = resolve_plan(opts.registry)
+    expected = decoded_schema(plan, opts.include_headers)
+    given = _as_struct(schema)
+    if given is not None and given.simpleString() != expected.simpleString():
+        raise OptionError(f"the {SOURCE_NAME} source's schema comes from the reader schemas in the schema registry "
+                          f"and is {expected.simpleString()}, not {given.simpleString()} (a .schema(...) was "
+                          f"given, or a new version was registered while the query was planned: pin "
+                          f"'value.schema.version' / 'key.schema.version' or run the query again)")
+    return plan
+
+
+def _as_struct(schema):
+    if isinstance(schema, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        return _parse_datatype_string(schema)
+    return schema
 
 
 def check_user_schema(schema, headers: bool) -> None:

@@ -13,7 +13,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
 )
 
-from pyspark_pybroker.batch import RangePartition
+from pyspark_pybroker.batch import RangePartition, read_partition
 from pyspark_pybroker.metadata import OffsetLookup, bound_spec, report_data_loss
 from pyspark_pybroker.offsets import (
     OffsetRange, backlog, from_json_dict, plan_ranges, rate_limit, to_json_dict,
@@ -22,8 +22,9 @@ from pyspark_pybroker.options import ReadOptions
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, opts: ReadOptions):
+    def __init__(self, opts: ReadOptions, decoding=None):
         self.opts = opts
+        self.decoding = decoding  # a registry_decode.DecodePlan when keys/values are decoded
         self._lookup = None  # opened on first use, on the driver only (not pickled)
         self._target = None  # end offsets fixed by Trigger.AvailableNow
         self._latest = None  # last looked-up log ends, for progress reports
@@ -149,10 +150,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors ------------------------------------------------------------------------
     def read(self, partition):
-        from pyspark_pybroker.fetch import read_range
-
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_range(self.opts, partition.topic, partition.partition, partition.start,
-                          partition.end)
+        return read_partition(self.opts, self.decoding, partition)
 
