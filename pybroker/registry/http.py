@@ -233,7 +233,7 @@ class RegistryServer:
                 "GET": read(lambda c: r.versions(c.params[0], deleted(c))),
                 "POST": write(lambda c: r.register(c.params[0], c.body, c.flag("normalize"), c.accept_unknown))}),
             (("subjects", A, "versions", A), {
-                "GET": read(lambda c: r.get_version(c.params[0], ver(c), deleted(c))),
+                "GET": read(lambda c: r.get_version(c.params[0], ver(c), deleted(c), c.query.get("format"))),
                 "DELETE": write(lambda c: r.delete_version(c.params[0], ver(c), c.flag("permanent")))}),
             (("subjects", A, "versions", A, "schema"), {
                 "GET": read(lambda c: r.get_version_schema(c.params[0], c.params[1], deleted(c)))}),

@@ -203,12 +203,23 @@ class SchemaRegistry:
             out["ruleSet"] = json.loads(content.rule_set)
         return out
 
-    def _version_body(self, entry: VersionEntry) -> dict:
+    def _version_body(self, entry: VersionEntry, fmt: str | None = None) -> dict:
         content = self.state.schemas[entry.schema_id]
         body = {"subject": entry.subject, "version": entry.version, "id": entry.schema_id}
         body.update(self._schema_fields(content))
-        body["schema"] = content.text
+        body["schema"] = self._formatted(content, fmt)
         return body
+
+    def _formatted(self, content: StoredSchema, fmt: str | None) -> str:
+        """The schema's text, or under ``format=serialized`` its serialized form (a Protobuf descriptor)."""
+        if fmt == "serialized":
+            try:
+                parsed = self.parsed(content)
+            except InvalidSchema:
+                return content.text
+            if hasattr(parsed, "serialized"):
+                return parsed.serialized()
+        return content.text
 
     def _matching(self, subject: str, parsed: ParsedSchema, content: StoredSchema, normalize: bool,
                   deleted: bool) -> VersionEntry | None:
@@ -265,8 +276,8 @@ class SchemaRegistry:
     def versions(self, subject: str, deleted: bool = False) -> list[int]:
         return [e.version for e in self._require_subject(subject, deleted)]
 
-    def get_version(self, subject: str, version: str, deleted: bool = False) -> dict:
-        return self._version_body(self._entry(subject, version, deleted))
+    def get_version(self, subject: str, version: str, deleted: bool = False, fmt: str | None = None) -> dict:
+        return self._version_body(self._entry(subject, version, deleted), fmt)
 
     def get_version_schema(self, subject: str, version: str, deleted: bool = False) -> RawText:
         return RawText(self.state.schemas[self._entry(subject, version, deleted).schema_id].text)
@@ -288,14 +299,7 @@ class SchemaRegistry:
     def get_schema(self, schema_id: str, fmt: str | None = None) -> dict:
         _, content = self._schema_by_id(schema_id)
         body = self._schema_fields(content)
-        text = content.text
-        if fmt == "serialized":
-            try:
-                parsed = self.parsed(content)
-                text = parsed.serialized() if hasattr(parsed, "serialized") else text
-            except InvalidSchema:
-                pass
-        body["schema"] = text
+        body["schema"] = self._formatted(content, fmt)
         return body
 
     def get_schema_text(self, schema_id: str) -> RawText:

@@ -72,8 +72,8 @@ def proto_class(tmp_path, text: str, version: str):
 class Format:
     """How one format's serializers are made and its values compared."""
 
-    def __init__(self, name, client, tmp_path):
-        self.name, self.client = name, client
+    def __init__(self, name, client, tmp_path, url):
+        self.name, self.client, self.url = name, client, url
         if name == "PROTOBUF":
             self.classes = {1: proto_class(tmp_path, PROTO_V1, "v1"), 2: proto_class(tmp_path, PROTO_V2, "v2")}
 
@@ -89,7 +89,9 @@ class Format:
             return AvroDeserializer(self.client)  # each record read with its writer's schema
         if self.name == "JSON":
             return JSONDeserializer(json.dumps(JSON_V2), schema_registry_client=self.client)
-        return ProtobufDeserializer(self.classes[2], {}, self.client)
+        # a client of its own: get_version above cached the stored .proto text under each id, while the
+        # deserializer asks for the serialized descriptor (format=serialized), which that cache would hide
+        return ProtobufDeserializer(self.classes[2], {}, SchemaRegistryClient({"url": self.url}))
 
     def value(self, person: dict, version: int):
         return self.classes[version](**person) if self.name == "PROTOBUF" else dict(person)
@@ -150,7 +152,7 @@ def raw_values(bootstrap: str, topic: str, count: int) -> list:
 def test_serializers_round_trip_through_a_topic(registry, schema_type, tmp_path):
     broker, url = registry
     client = SchemaRegistryClient({"url": url})
-    fmt = Format(schema_type, client, tmp_path)
+    fmt = Format(schema_type, client, tmp_path, url)
     sent = [(f"k{i}", p, 1) for i, p in enumerate(PEOPLE_V1)] + [(f"k{i + 2}", p, 2) for i, p in enumerate(PEOPLE_V2)]
     expected = [(k, p) for k, p, _ in sent]
 
