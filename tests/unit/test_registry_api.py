@@ -291,12 +291,6 @@ def test_import_mode(node):
     assert ok(node.request("PUT", "/mode?force=true", {"mode": "IMPORT"})) == {"mode": "IMPORT"}
 
 
-def _has(module: str) -> bool:
-    import importlib.util
-    return importlib.util.find_spec(module) is not None
-
-
-@pytest.mark.skipif(not _has("pybroker.schemas.protobuf"), reason="no Protobuf support")
 def test_protobuf_imports_as_references(node):
     dep = 'syntax = "proto3";\npackage d;\nmessage Dep { string x = 1; }\n'
     top = 'syntax = "proto3";\npackage t;\nimport "dep.proto";\nmessage Top { d.Dep dep = 1; int32 n = 2; }\n'
@@ -314,7 +308,6 @@ def test_protobuf_imports_as_references(node):
     err(node.request("DELETE", "/subjects/dep/versions/1"), 42206)
 
 
-@pytest.mark.skipif(not _has("pybroker.schemas.json_schema"), reason="no JSON Schema support")
 def test_json_schema_registration(node):
     closed = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False})
     assert ok(register(node, "j", closed, schemaType="JSON")) == {"id": 1}

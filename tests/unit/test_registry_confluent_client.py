@@ -111,7 +111,6 @@ def test_protobuf_schema_through_the_client(node):
     assert serialized["schemaType"] == "PROTOBUF" and serialized["schema"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pybroker.schemas.json_schema") is None, reason="no JSON Schema yet")
 def test_json_schema_through_the_client(node):
     text = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})
     c = client(node)

@@ -3,6 +3,7 @@ source (as a read task gets them) become batches of the typed schema; records of
 resolved to the reader; unknown ids, unframed and truncated payloads follow mode PERMISSIVE / DROPMALFORMED /
 FAILFAST; the registry options are checked on the driver."""
 import io
+import importlib
 import json
 import os
 import socket
@@ -136,7 +137,7 @@ MODULES = {"avro": "pybroker.schemas.avro", "json": "pybroker.schemas.json_schem
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_older_writer_resolved_to_the_reader(name):
-    pytest.importorskip(MODULES[name])
+    importlib.import_module(MODULES[name])
     schemas = Schemas()
     schema_type, text, v1, v2, expected = format_case(name, schemas)
     plan = plan_of("PERMISSIVE", reader("value", 2, schema_type, text))
@@ -151,22 +152,14 @@ def test_older_writer_resolved_to_the_reader(name):
 
 
 def avro_plan(mode: str, key: bool = False):
-    pytest.importorskip("pybroker.schemas.avro")
+    importlib.import_module("pybroker.schemas.avro")
     schemas = Schemas()
     schema_type, text, v1, v2, expected = format_case("avro", schemas)
-    if _has("json_schema"):
-        schemas.add(50, "JSON", json.dumps(JSON_V1))
+    schemas.add(50, "JSON", json.dumps(JSON_V1))
     key_reader = reader("key", 60, "AVRO", '"string"') if key else None
     plan = plan_of(mode, reader("value", 2, schema_type, text), key_reader)
     return plan, schemas, v1, v2, expected
 
-
-def _has(module: str) -> bool:
-    try:
-        __import__(f"pybroker.schemas.{module}")
-        return True
-    except ImportError:
-        return False
 
 
 BAD = {
@@ -192,7 +185,6 @@ def test_permissive_keeps_bad_records_with_their_bytes_and_reason():
         assert corrupt[i]["error"].startswith("value: ") and reason in corrupt[i]["error"], corrupt[i]
 
 
-@pytest.mark.skipif(not _has("json_schema"), reason="needs the JSON Schema format")
 def test_a_writer_of_another_format_is_corrupt():
     plan, schemas, v1, _, _ = avro_plan("PERMISSIVE")
     out = BatchDecoder(plan, False, TOPIC, PARTITION, registry=schemas).decode(
@@ -318,7 +310,7 @@ def col_values(n: int) -> list:
 
 @pytest.mark.parametrize("writer_schema", [COL_V1, COL_V2], ids=["older-writer", "same-schema"])
 def test_columnar_avro_equals_the_record_path(writer_schema):
-    pytest.importorskip("pybroker.schemas.avro")
+    importlib.import_module("pybroker.schemas.avro")
     from pyspark_pybroker.registry_decode import PartDecoder
     schemas = Schemas()
     schemas.add(1, "AVRO", json.dumps(COL_V1))
@@ -343,7 +335,7 @@ def test_columnar_avro_equals_the_record_path(writer_schema):
 
 @pytest.mark.parametrize("damage", ["truncated", "trailing byte", "bad utf-8", "bad union branch"])
 def test_columnar_avro_falls_back_on_a_bad_record(damage):
-    pytest.importorskip("pybroker.schemas.avro")
+    importlib.import_module("pybroker.schemas.avro")
     schemas = Schemas()
     schemas.add(1, "AVRO", json.dumps(COL_V1))
     rows = [frame(1, avro_bytes(COL_V1, v)) for v in col_values(20)]
