@@ -6,6 +6,8 @@ import threading
 import urllib.error
 import urllib.request
 
+import pytest
+
 from pybroker.registry.http import RegistryServer
 from pybroker.registry.primary import FixedPrimary, SinglePrimary
 from pybroker.registry.schema_log import MemorySchemaLog, MemoryTopic
@@ -82,3 +84,32 @@ def memory_topic(loop: LoopThread) -> MemoryTopic:
 
 
 __all__ = ["LoopThread", "Node", "memory_topic", "FixedPrimary", "CT"]
+
+
+# the fixtures the registry's unit tests share (imported by name into each module)
+@pytest.fixture(scope="module")
+def loop():
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture
+def node(loop):
+    n = Node(loop, memory_topic(loop))
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def nodes(loop):
+    """start(topic=None, **kw): a registry over ``topic`` (default: a topic of its own), stopped afterwards."""
+    started = []
+
+    def start(topic=None, **kw):
+        n = Node(loop, topic if topic is not None else memory_topic(loop), **kw)
+        started.append(n)
+        return n
+    yield start
+    for n in started:
+        n.stop()

@@ -2,9 +2,8 @@
 answers and Confluent's error codes, deletes, references, config, mode and compatibility checks."""
 import json
 
-import pytest
 
-from tests.unit.registry_harness import LoopThread, Node, memory_topic
+from tests.unit.registry_harness import loop, node  # noqa: F401 (fixtures)
 
 
 def avro_record(*fields, name="R"):
@@ -17,20 +16,6 @@ V1 = avro_record(("a", "int", None))
 V2 = avro_record(("a", "int", None), ("b", "string", "x"))  # adds a field with a default: compatible both ways
 V3_BAD = avro_record(("a", "string", None))  # int -> string: incompatible
 V_NEW_REQUIRED = avro_record(("a", "int", None), ("c", "long", None))  # a new field without default
-
-
-@pytest.fixture(scope="module")
-def loop():
-    lt = LoopThread()
-    yield lt
-    lt.close()
-
-
-@pytest.fixture
-def node(loop):
-    n = Node(loop, memory_topic(loop))
-    yield n
-    n.stop()
 
 
 def ok(result, status=200):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.unit.registry_harness import LoopThread, Node, memory_topic
+from tests.unit.registry_harness import loop, node  # noqa: F401 (fixtures)
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient  # noqa: E402
@@ -18,20 +18,6 @@ USER_V2 = json.dumps({"type": "record", "name": "User", "namespace": "example",
                                  {"name": "email", "type": ["null", "string"], "default": None}]})
 USER_BAD = json.dumps({"type": "record", "name": "User", "namespace": "example",
                        "fields": [{"name": "name", "type": "int"}]})
-
-
-@pytest.fixture(scope="module")
-def loop():
-    lt = LoopThread()
-    yield lt
-    lt.close()
-
-
-@pytest.fixture
-def node(loop):
-    n = Node(loop, memory_topic(loop))
-    yield n
-    n.stop()
 
 
 def client(node, **extra):

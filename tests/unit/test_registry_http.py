@@ -11,29 +11,9 @@ import urllib.parse
 import pytest
 
 from tests.tlsutil import Authority
-from tests.unit.registry_harness import CT, LoopThread, Node, memory_topic
+from tests.unit.registry_harness import CT, loop, nodes  # noqa: F401 (loop, nodes: fixtures)
 
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
-
-
-@pytest.fixture(scope="module")
-def loop():
-    lt = LoopThread()
-    yield lt
-    lt.close()
-
-
-@pytest.fixture
-def nodes(loop):
-    started = []
-
-    def start(**kw):
-        n = Node(loop, memory_topic(loop), **kw)
-        started.append(n)
-        return n
-    yield start
-    for n in started:
-        n.stop()
 
 
 def raw_body(node, ctype, body=b'{"schema": "\\"int\\""}'):

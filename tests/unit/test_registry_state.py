@@ -10,31 +10,11 @@ from pybroker.registry import records
 from pybroker.registry.primary import FixedPrimary
 from pybroker.registry.schema_log import MemorySchemaLog
 from pybroker.registry.state import RegistryState
-from tests.unit.registry_harness import LoopThread, Node, memory_topic
+from tests.unit.registry_harness import loop, memory_topic, nodes  # noqa: F401 (loop, nodes: fixtures)
 
 
 def schema(name: str, *fields: str) -> str:
     return json.dumps({"type": "record", "name": name, "fields": [{"name": f, "type": "int"} for f in fields]})
-
-
-@pytest.fixture(scope="module")
-def loop():
-    lt = LoopThread()
-    yield lt
-    lt.close()
-
-
-@pytest.fixture
-def nodes(loop):
-    started = []
-
-    def start(topic, **kw):
-        n = Node(loop, topic, **kw)
-        started.append(n)
-        return n
-    yield start
-    for n in started:
-        n.stop()
 
 
 def test_confluent_layout():
