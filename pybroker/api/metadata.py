@@ -5,6 +5,7 @@ v10+ answers each topic's id; v12 may ask by topic id (an unknown id gets UNKNOW
 name; ids in v10-11 requests, or null names there, are an INVALID_REQUEST). The cluster's authorized
 operations are answered up to v10 (v11+ asks DescribeCluster), 0 without DESCRIBE on the cluster.
 """
+import asyncio
 import uuid
 
 from pybroker.api.error_response import error_response
@@ -19,6 +20,7 @@ MIN_VERSION = 0
 MAX_VERSION = 12
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648  # authorized operations not computed
+UNTOLD_WAIT_S = 5.0  # the longest a Metadata request waits for a (re)starting broker to learn the live brokers
 
 Response = RESPONSES[API_KEY]
 
@@ -26,6 +28,11 @@ Response = RESPONSES[API_KEY]
 async def handle(ctx, request):
     cache = ctx.metadata
     control = ctx.control
+    if not cache.brokers:  # not yet told the cluster: an answer naming no broker makes clients drop them all
+        try:
+            await cache.wait_for(lambda: cache.brokers, UNTOLD_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
     invalid = _invalid(ctx.version, request)
     if invalid:
         return error_response(API_KEY, ctx.version, request, INVALID_REQUEST, invalid)
