@@ -4,12 +4,15 @@ Checked against its metaschema with ``jsonschema``; ``$ref``s to references (by 
 ``address.json``) must resolve. Compatibility follows Confluent's rules for JSON Schema: the reader
 must accept every document the writer accepts (types, properties under open and closed content
 models, required properties, enums, bounds, items, combined schemas), reported as Confluent's
-difference names with a JSON pointer.
+difference names with a JSON pointer. Unions are checked branch by branch (each writer branch read by
+some reader branch) rather than by Confluent's one-to-one matching; patternProperties, dependencies and
+unevaluated* are not compared.
 """
 from __future__ import annotations
 
 import json
 from typing import Mapping
+from urllib.parse import urldefrag, urljoin
 
 from pybroker.schemas import InvalidSchema, ParsedSchema
 
@@ -56,6 +59,8 @@ class JsonSchema(ParsedSchema):
         super().__init__(text, references)
         self.doc = doc
         self._validator = None
+        self._resolver = None
+        self._absolute: dict = {}  # (id of a referenced node, its base) -> (node, node with absolute $refs)
 
     # ---- texts -------------------------------------------------------------------------------------
 
@@ -63,22 +68,32 @@ class JsonSchema(ParsedSchema):
         return json.dumps(self.doc, separators=(",", ":"), ensure_ascii=False)
 
     def normalized(self) -> str:
-        return json.dumps(self.doc, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+        return json.dumps(_normalize(self.doc), separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
     # ---- references --------------------------------------------------------------------------------
+
+    def _base(self) -> str:
+        return self.doc.get("$id", "") if isinstance(self.doc, dict) and isinstance(self.doc.get("$id"), str) else ""
 
     def _registry(self):
         from referencing import Registry, Resource
         from referencing.jsonschema import DRAFT7
-        resources = []
+        base = self._base()
+        resources = [(base, Resource.from_contents(self.doc, default_specification=DRAFT7))]
         for name, ref in _all_references(self).items():
             resource = Resource.from_contents(ref.doc, default_specification=DRAFT7)
-            resources.append((name, resource))
-            if isinstance(ref.doc, dict) and isinstance(ref.doc.get("$id"), str):
-                resources.append((ref.doc["$id"], resource))
+            # Confluent resolves a reference's name against the referring schema's $id too
+            for uri in {name, urljoin(base, name), ref._base()} - {""}:
+                resources.append((uri, resource))
         return Registry().with_resources(resources)
 
+    def resolver(self):
+        if self._resolver is None:
+            self._resolver = self._registry().resolver(base_uri=self._base())
+        return self._resolver
+
     def validator(self):
+        """A jsonschema validator of documents against this schema (its references resolvable)."""
         if self._validator is None:
             self._validator = _validator_class(self.doc)(self.doc, registry=self._registry())
         return self._validator
@@ -86,19 +101,25 @@ class JsonSchema(ParsedSchema):
     def check_refs(self) -> None:
         """Every $ref resolves (to this document or a reference)."""
         import referencing.exceptions
-        resolver = self.validator()._resolver
         for ref in _refs(self.doc):
             try:
-                resolver.lookup(ref)
+                self.resolver().lookup(ref)
             except referencing.exceptions.Unresolvable as exc:
                 raise InvalidSchema(f"invalid JSON schema: $ref {ref!r} cannot be resolved ({exc})") from None
 
     def resolve(self, node, depth: int = 0):
-        """``node`` with its $ref followed (within this schema or its references)."""
+        """``node`` with its $ref followed (within this schema or its references); the $refs inside a
+        referenced document are made absolute so that they resolve from here too."""
         while isinstance(node, dict) and "$ref" in node and depth < MAX_DEPTH:
-            resolved = self.validator()._resolver.lookup(node["$ref"]).contents
+            contents = self.resolver().lookup(node["$ref"]).contents
+            base = urldefrag(urljoin(self._base(), node["$ref"])).url  # the document it lives in
+            if base and base != self._base():
+                key = (id(contents), base)
+                if key not in self._absolute:
+                    self._absolute[key] = (contents, _absolute_refs(contents, base))  # keep contents alive
+                contents = self._absolute[key][1]
             extra = {k: v for k, v in node.items() if k != "$ref"}
-            node = {**resolved, **extra} if extra and isinstance(resolved, dict) else resolved
+            node = {**contents, **extra} if extra and isinstance(contents, dict) else contents
             depth += 1
         return node
 
@@ -116,12 +137,38 @@ class JsonSchema(ParsedSchema):
     def spark_type(self):
         return _spark_type(self, self.doc, 0)
 
-    def decode(self, payload, writer: ParsedSchema):
+    def decode(self, payload, writer: ParsedSchema, validate: bool = False):
+        """``validate``: check the document against the writer schema first (slower; off by default, as
+        the serializer validated it)."""
         try:
             doc = json.loads(bytes(payload))
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"not a JSON document: {exc}") from None
+        if validate:
+            if not isinstance(writer, JsonSchema):
+                raise ValueError(f"a {writer.schema_type} writer schema cannot be read as JSON")
+            error = next(iter(writer.validator().iter_errors(doc)), None)
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path)
+                raise ValueError(f"the document does not match its schema at #/{where}: {error.message}")
         return _to_spark_value(self, self.doc, doc, 0)
+
+
+_UNORDERED = ("required", "type")  # lists whose order means nothing: sorted and deduplicated when normalized
+
+
+def _normalize(node, key: str | None = None):
+    if isinstance(node, dict):
+        if key in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas"):
+            return {k: _normalize(v) for k, v in node.items()}  # names, not keywords
+        return {k: _normalize(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        if key in _UNORDERED and all(isinstance(v, str) for v in node):
+            return sorted(set(node))
+        if key in ("enum", "examples", "const", "default"):
+            return node
+        return [_normalize(v) for v in node]
+    return node
 
 
 def _all_references(schema: JsonSchema, seen=None) -> dict:
@@ -131,6 +178,16 @@ def _all_references(schema: JsonSchema, seen=None) -> dict:
             seen[name] = ref
             _all_references(ref, seen)
     return seen
+
+
+def _absolute_refs(node, base: str):
+    if isinstance(node, dict):
+        return {k: urljoin(base, v) if k == "$ref" and isinstance(v, str)
+                else v if k in ("enum", "const", "default", "examples") else _absolute_refs(v, base)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_absolute_refs(v, base) for v in node]
+    return node
 
 
 def _refs(node):
@@ -157,10 +214,22 @@ def _types(node) -> frozenset:
         return frozenset()
     t = node.get("type") if isinstance(node, dict) else None
     if t is None:
+        if isinstance(node, dict) and ("enum" in node or "const" in node):  # the types of the listed values
+            return frozenset(_json_type(v) for v in (node["enum"] if "enum" in node else [node["const"]]))
         if isinstance(node, dict) and ("properties" in node or "additionalProperties" in node):
             return frozenset(("object",))
         return _ALL_TYPES
     return frozenset([t] if isinstance(t, str) else t)
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "object")
 
 
 def _accepts_types(reader: frozenset, writer: frozenset) -> frozenset:
@@ -211,11 +280,18 @@ def _compare(r: JsonSchema, rn, w: JsonSchema, wn, path: str, errors: list, dept
     if "const" in rn and wn.get("const", object()) != rn["const"]:
         errors.append(f"CONST_CHANGED at {path}/const")
     for key, name in _NARROWING.items():
+        if isinstance(rn.get(key), bool) or isinstance(wn.get(key), bool):
+            continue  # draft-04's flag form, compared through maximum/minimum
         if key in rn and (key not in wn or _num(wn[key]) > _num(rn[key])):
             errors.append(f"{name}_DECREASED at {path}/{key}" if key in wn else f"{name}_ADDED at {path}/{key}")
     for key, name in _WIDENING.items():
+        if isinstance(rn.get(key), bool) or isinstance(wn.get(key), bool):
+            continue
         if key in rn and (key not in wn or _num(wn[key]) < _num(rn[key])):
             errors.append(f"{name}_INCREASED at {path}/{key}" if key in wn else f"{name}_ADDED at {path}/{key}")
+    if "not" in rn:  # the reader refuses what its "not" accepts: the writer must refuse all of that too
+        if "not" not in wn or _errors_of(w, wn["not"], r, rn["not"], f"{path}/not", depth):
+            errors.append(f"NOT_TYPE_EXTENDED at {path}/not: the reader refuses documents the writer may write")
     if "pattern" in rn and rn["pattern"] != wn.get("pattern"):
         errors.append(f"PATTERN_CHANGED at {path}/pattern" if "pattern" in wn else f"PATTERN_ADDED at {path}/pattern")
     if "object" in _types(wn) and "object" in _types(rn):
@@ -237,6 +313,8 @@ def _num(value) -> float:
 def _compare_objects(r, rn, w, wn, path, errors, depth) -> None:
     rprops, wprops = rn.get("properties", {}), wn.get("properties", {})
     for name in sorted(set(rn.get("required", ())) - set(wn.get("required", ()))):
+        if isinstance(rprops.get(name), dict) and "default" in rprops[name]:
+            continue  # Confluent: a required property with a default may be added
         errors.append(f"REQUIRED_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL at {path}/required: {name!r}"
                       if name not in wprops else f"REQUIRED_ATTRIBUTE_ADDED at {path}/required: {name!r}")
     for name, wprop in wprops.items():
@@ -254,6 +332,8 @@ def _compare_objects(r, rn, w, wn, path, errors, depth) -> None:
         if not _open(wn):
             continue  # the writer never writes it
         wextra = wn.get("additionalProperties", True)
+        if r.resolve(rprop) in (True, {}):
+            continue  # PROPERTY_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL: it reads anything
         if wextra is True:
             errors.append(f"PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL at {where}: the writer may write any value there")
         else:
