@@ -138,3 +138,15 @@ def finish_broker(b: BrokerProcess) -> None:
 
 def clean_marker(data_dir: str) -> bool:
     return os.path.exists(os.path.join(data_dir, ".kafka_cleanshutdown"))
+
+
+def kafka_python_group_consumer(topic: str, **conf):
+    """A kafka-python group member that knows its topic's partitions before it first joins: kafka-python
+    3.0.12 leads an assignment without them, rejoins when they arrive, and if a poll times out during
+    that second join it never applies the join's result (no partitions, no heartbeats)."""
+    from kafka import KafkaConsumer
+    consumer = KafkaConsumer(topic, **conf)
+    end = time.monotonic() + DEADLINE
+    while not consumer.partitions_for_topic(topic) and time.monotonic() < end:
+        time.sleep(0.1)
+    return consumer

@@ -12,7 +12,7 @@ from pybroker.client.assignors import (Assignment, Subscription, decode_assignme
                                       encode_subscription)
 from pybroker.client.assignors import TopicPartition as TP
 from pybroker.protocol import REQUESTS
-from tests.clientutil import DEADLINE, finish_broker, start_broker, wait_until
+from tests.clientutil import DEADLINE, finish_broker, kafka_python_group_consumer, start_broker, wait_until
 from tests.kafka_wire import WireClient
 from tests.broker.test_consumer_group_protocol import (HEARTBEAT_MS, SESSION_MS, create_topic, heartbeat, produce,
                                                        start_kafka,
@@ -373,11 +373,10 @@ class ClassicClients:
     """A kafka-python and a pybroker classic consumer, polled alike: (partition, offset) consumed."""
 
     def __init__(self, b, group, topic):
-        from kafka import KafkaConsumer
         from pybroker.client import Consumer as OurConsumer
         common = {"session_timeout_ms": CLASSIC_SESSION_MS, "heartbeat_interval_ms": HEARTBEAT_MS}
-        self.kp = KafkaConsumer(topic, bootstrap_servers=b.bootstrap, group_id=group, auto_offset_reset="earliest",
-                                enable_auto_commit=False, **common)
+        self.kp = kafka_python_group_consumer(topic, bootstrap_servers=b.bootstrap, group_id=group,
+                                              auto_offset_reset="earliest", enable_auto_commit=False, **common)
         self.ours = OurConsumer({"bootstrap.servers": b.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                                  "enable.auto.commit": False, "session.timeout.ms": CLASSIC_SESSION_MS,
                                  "heartbeat.interval.ms": HEARTBEAT_MS, "fetch.max.wait.ms": 100})

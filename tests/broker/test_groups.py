@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from pybroker.protocol import REQUESTS
-from tests.clientutil import DEADLINE, wait_until
+from tests.clientutil import DEADLINE, kafka_python_group_consumer, wait_until
 from tests.kafka_wire import WireClient
 
 SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session a member may ask for
@@ -281,15 +281,15 @@ def test_confluent_assignors(broker, strategy):
 def test_kafka_python_group_consumer(broker, assignor):
     """One kafka-python member per group: two in one process hang client-side in kafka-python 3.0.12
     (the leader receives its SyncGroup answer, error 0, and stops heartbeating)."""
-    from kafka import KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
     topic, group = create_topic(broker, 4), unique("kp")
     acked = produce(broker, topic, 40)
     strategy = (StickyPartitionAssignor if assignor == "sticky" else RangePartitionAssignor,)
-    c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
-                      enable_auto_commit=False, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                      partition_assignment_strategy=strategy)
+    c = kafka_python_group_consumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
+                                    partition_assignment_strategy=strategy)
     try:
         got = []
         end = time.monotonic() + DEADLINE
