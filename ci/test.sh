@@ -21,11 +21,6 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq zookeeper >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq zookeeper >/dev/null; fi
 fi
-# the native offset map (log cleaner) inlines XXH3 from xxhash.h; without it the pure twin is used
-if [ ! -f /usr/include/xxhash.h ]; then
-    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq libxxhash-dev >/dev/null
-    else sudo apt-get update -qq && sudo apt-get install -y -qq libxxhash-dev >/dev/null; fi
-fi
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e ".[test]"
 

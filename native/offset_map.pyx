@@ -3,8 +3,8 @@
 
 pybroker/contracts/offset_map.py gives the table layout, the rules and the errors; both twins fill
 the same slots and raise the same errors with the same reasons. Keys are hashed with XXH3-128 from
-the system's xxhash.h, inlined (XXH_INLINE_ALL), so nothing is linked at run time; setup.py builds
-this module only where that header exists and pybroker.core falls back to the pure twin elsewhere.
+the xxHash header vendored in native/csrc (xxHash 0.8.1), inlined (XXH_INLINE_ALL), so nothing is linked
+at run time and no system package is needed to build.
 Batches are walked without the GIL; it is taken back only to decompress a compressed batch.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -21,7 +21,7 @@ from pybroker.errors import CorruptRecordError
 cdef extern from *:
     """
     #define XXH_INLINE_ALL
-    #include <xxhash.h>
+    #include "xxhash.h"
     /* home slot: the high hash bits scaled onto [0, n) without a division */
     static inline uint64_t pb_om_home(uint64_t h, uint64_t n) { return (uint64_t)(((__uint128_t)h * n) >> 64); }
     #define pb_om_prefetch(p) __builtin_prefetch((p), 1, 0)

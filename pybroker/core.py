@@ -14,10 +14,6 @@ if IMPL not in ("native", "pure"):
 
 MODULES = ("crc", "batch", "index", "fileio", "writer", "transfer", "kafka_codec", "client_codec", "producer_fast",
            "offset_map")
-# Native modules built only where a system header exists (setup.py OPTIONAL_HEADERS): when one of
-# these is not built, PYBROKER_IMPL=native loads its pure twin instead, with a warning. Every other
-# missing native module is an error, as before.
-OPTIONAL_NATIVE = ("offset_map",)
 
 
 def load(name: str, impl: str = IMPL):
@@ -28,12 +24,6 @@ def load(name: str, impl: str = IMPL):
     try:
         return importlib.import_module(f"{package}.{name}")
     except ImportError as exc:
-        if impl == "native" and name in OPTIONAL_NATIVE and type(exc) is ModuleNotFoundError \
-                and exc.name == f"{package}.{name}":
-            import warnings
-            warnings.warn(f"pybroker._native.{name} is not built (its system header was missing at "
-                          "build time); using the pure-Python twin", RuntimeWarning, stacklevel=2)
-            return importlib.import_module(f"pybroker._pure.{name}")
         if impl == "native":
             raise ImportError(
                 f"native module pybroker._native.{name} is not built ({exc}); "

@@ -9,22 +9,20 @@ names change (or a pattern is new), never per heartbeat.
 """
 import functools
 
-import re2
-
 MAX_REGEX_LENGTH = 4096  # characters: ample for alternations of topic names, bounds the compile work
 MAX_REGEX_MEMORY = 8 << 20  # bytes RE2 may spend on one pattern (or one set of patterns)
 MAX_CACHED_PATTERNS = 10_000  # patterns whose matches are kept between topic changes
 
 
-def _options() -> re2.Options:
+@functools.cache
+def _re2():
+    """RE2 and our options, loaded on the first pattern: a broker whose groups use no regex never maps it."""
+    import re2
     options = re2.Options()
     options.log_errors = False  # a bad pattern is the client's error, answered to it: keep stderr quiet
     options.never_capture = True  # matches only: no submatch bookkeeping
     options.max_mem = MAX_REGEX_MEMORY
-    return options
-
-
-_OPTIONS = _options()
+    return re2, options
 
 
 @functools.lru_cache(maxsize=1024)
@@ -32,8 +30,9 @@ def why_invalid(pattern: str) -> str | None:
     """Why RE2 (with our limits) refuses ``pattern``, or None when it compiles."""
     if len(pattern) > MAX_REGEX_LENGTH:
         return f"longer than {MAX_REGEX_LENGTH} characters"
+    re2, options = _re2()
     try:
-        re2.compile(pattern, _OPTIONS)
+        re2.compile(pattern, options)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else "invalid"
         return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
@@ -55,7 +54,8 @@ def full_matches(patterns, names) -> dict[str, frozenset]:
     found: dict[str, set] = {p: set() for p in patterns}
     if not valid or not names:
         return {p: frozenset(s) for p, s in found.items()}
-    matcher = re2.Set.FullMatchSet(_OPTIONS)
+    re2, options = _re2()
+    matcher = re2.Set.FullMatchSet(options)
     for p in valid:
         matcher.Add(p)
     matcher.Compile()

@@ -163,16 +163,25 @@ class Cleaner:
     """One cleaner thread's work on one log at a time, with its own offset map."""
 
     def __init__(self, map_bytes: int, load_factor: float, throttler: Throttler):
-        self.offset_map = core.offset_map.OffsetMap(map_bytes, load_factor)
+        self.map_bytes, self.load_factor = map_bytes, load_factor
+        self.offset_map = None  # held only while cleaning: an idle broker keeps no dedupe buffer
+        self.map_limit = 0  # the keys the last cleaning's map could hold
         self.throttler = throttler
 
     def clean(self, c: Cleanable, now: int, on_checkpoint) -> tuple[int, CleanStats]:
         """Compact ``c.log``; returns the new first dirty offset and what it did."""
+        self.offset_map = core.offset_map.OffsetMap(self.map_bytes, self.load_factor)
+        self.map_limit = self.offset_map.limit
+        try:
+            return self._clean(c, now, on_checkpoint)
+        finally:
+            self.offset_map = None  # frees the buffer (an mmap'd block: its pages go back to the system)
+
+    def _clean(self, c: Cleanable, now: int, on_checkpoint) -> tuple[int, CleanStats]:
         lg, stats, started = c.log, CleanStats(), time.monotonic()
         with lg.lock:
             segments = list(lg.segments)
         om = self.offset_map
-        om.clear()
         end, full = c.first_dirty, False
         for seg in segments[:-1]:
             if seg.next_offset <= c.first_dirty or seg.base_offset >= c.first_uncleanable:
@@ -467,7 +476,7 @@ class LogCleaner:
         self.bytes_read += stats.bytes_read
         self.bytes_written += stats.bytes_written
         self.last_stats, self.last_run_monotonic = stats, time.monotonic()
-        self.buffer_utilization_percent = 100.0 * stats.keys / max(cleaner.offset_map.limit, 1)
+        self.buffer_utilization_percent = 100.0 * stats.keys / max(cleaner.map_limit, 1)
         secs = max(stats.seconds, 1e-9)
         log.info("cleaned log topic=%s partition=%d dirty_ratio=%.3f first_dirty=%d next_dirty=%d "
                  "segments_in=%d segments_out=%d bytes_read=%d bytes_cleaned=%d bytes_written=%d records_read=%d "
