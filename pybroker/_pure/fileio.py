@@ -1,8 +1,9 @@
-"""Pure twin of native/fileio.pyx: batched writes with os.pwritev."""
-import ctypes
-import ctypes.util
+"""Pure twin of native/fileio.pyx: batched writes with os.pwritev; sync_file_range(2), which os has no
+binding for, through cffi in ABI mode (the C library opened at run time: no compiler needed)."""
 import errno
 import os
+
+from cffi import FFI
 
 IOV_BATCH = 1024  # IOV_MAX on Linux
 
@@ -30,14 +31,15 @@ def fdatasync(fd: int) -> None:
 
 
 SYNC_FILE_RANGE_WRITE = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-_libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+_ffi = FFI()
+_ffi.cdef("int sync_file_range(int fd, int64_t offset, int64_t nbytes, unsigned int flags);")
+_libc = _ffi.dlopen(None)  # the C library the interpreter already links
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:
-    """sync_file_range(2) with SYNC_FILE_RANGE_WRITE (os has no binding for it)."""
+    """sync_file_range(2) with SYNC_FILE_RANGE_WRITE."""
     if _libc.sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE) != 0:
-        err = ctypes.get_errno()
+        err = _ffi.errno
         raise OSError(err, os.strerror(err))
 
 

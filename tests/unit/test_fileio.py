@@ -73,3 +73,26 @@ def test_start_writeback_keeps_contents_and_reports_errors(name, tmp_path):
     with pytest.raises(OSError) as closed:
         mod.start_writeback(fd, 0, 10)
     assert closed.value.errno == errno.EBADF
+
+
+def test_start_writeback_twins_agree_on_every_outcome(tmp_path):
+    """The pure twin reaches sync_file_range(2) through cffi: the same result or errno as the native call."""
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(fd, b"y" * 8192)
+        cases = [(fd, 0, 8192), (fd, 4096, 0), (fd, -1, 1), (fd, 0, -1), (-1, 0, 1), (read_end, 0, 1), (99999, 0, 1)]
+        outcomes = {}
+        for name, mod in IMPLS.items():
+            got = []
+            for case in cases:
+                try:
+                    got.append(mod.start_writeback(*case))
+                except OSError as exc:
+                    got.append(exc.errno)
+            outcomes[name] = got
+    finally:
+        for f in (fd, read_end, write_end):
+            os.close(f)
+    assert outcomes["native"] == outcomes["pure"]
+    assert outcomes["pure"][:2] == [None, None] and errno.EINVAL in outcomes["pure"]
