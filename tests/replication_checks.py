@@ -217,3 +217,49 @@ def check_data(cluster, topic: str, partitions: int, producer: LoggedProducer, c
             last[p] = o
     check_replicas(cluster, topic, partitions)
     return {"stored": stored, "acked_values": acked_values}
+
+
+class EndOffsetWatcher:
+    """Asks the partition's end offset (ListOffsets latest, as a consumer's lag check does) over and
+    over from its own thread; keeps every answer in order, and how many asks failed."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int = 0):
+        from confluent_kafka import Consumer, TopicPartition
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{topic}",
+                                  "topic.metadata.refresh.interval.ms": 500})
+        self.tp = TopicPartition(topic, partition)
+        self.seen: list[int] = []
+        self.failed = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "EndOffsetWatcher":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+        while not self._halt.is_set():
+            try:
+                _, high = self.consumer.get_watermark_offsets(self.tp, timeout=2, cached=False)
+                self.seen.append(high)
+            except KafkaException:
+                self.failed += 1  # a leader moving (or OFFSET_NOT_AVAILABLE): asked again
+            self._halt.wait(0.02)
+
+    def wait_answers(self, count: int, timeout: float = 60) -> None:
+        """Until ``count`` more answers than now arrived (the end offset is served again)."""
+        target = len(self.seen) + count
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < target:
+            assert time.monotonic() < deadline, f"no end offset answered for {timeout} s ({self.failed} failed)"
+            time.sleep(0.05)
+
+    def went_back(self) -> list[tuple[int, int]]:
+        """(before, after) wherever an answer was lower than the one before it."""
+        return [(a, b) for a, b in zip(self.seen, self.seen[1:]) if b < a]
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(30)
+        self.consumer.close()

@@ -4,7 +4,7 @@ v7+ also asks for the record with the largest timestamp (-3), v8+ the earliest l
 the log start offset, as there is no tiered storage), v9+ the last tiered offset (-5: -1, nothing is
 tiered). v10's timeout bounds remote lookups, which never happen here.
 """
-from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED
+from pybroker.protocol.errors import OFFSET_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
@@ -55,4 +55,6 @@ def _lookup(replicas, name: str, p, committed_only: bool) -> tuple[int, int, int
     partition = replicas.get(name, p.partition_index)
     upper = partition.last_stable_offset if committed_only else partition.high_watermark
     offset, ts, batch_epoch = max_timestamp_offset(partition.log, upper)
+    if offset < 0 and partition.high_watermark_lags_epoch_start():
+        return OFFSET_NOT_AVAILABLE, -1, -1, -1
     return 0, ts, offset, batch_epoch if offset >= 0 else -1

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pybroker import core
 from pybroker.errors import BrokerError, KeylessRecordError, OffsetOutOfRangeError
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
-                                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_LEADER_EPOCH)
+                                      OFFSET_NOT_AVAILABLE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                      UNKNOWN_LEADER_EPOCH)
 from pybroker.records import CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records
 from pybroker.replica.producer_state import ProducerStateManager
 
@@ -50,6 +51,10 @@ class UnknownLeaderEpochError(BrokerError):
 
 class NotEnoughReplicasError(BrokerError):
     code = NOT_ENOUGH_REPLICAS
+
+
+class OffsetNotAvailableError(BrokerError):
+    code = OFFSET_NOT_AVAILABLE  # KIP-207: a new leader's high watermark has not reached its epoch's start yet
 
 
 @dataclass(frozen=True)
@@ -384,16 +389,29 @@ class Partition:
 
     # ---- offsets --------------------------------------------------------------------------
 
+    def high_watermark_lags_epoch_start(self) -> bool:
+        """Right after an election the new leader's high watermark can be below what the previous leader
+        already showed: until it reaches the start of this leader's epoch, offsets near the end are not
+        answered (KIP-207), so that no client sees the end of the log go backwards."""
+        return self.high_watermark < self._epoch_start()
+
     def offset_for_timestamp(self, timestamp: int, committed_only: bool = False) -> tuple[int, int]:
         """(offset, timestamp) for ListOffsets; (-1, -1) when no record is that recent."""
         if timestamp == EARLIEST:
             return self.log_start_offset, -1
         if timestamp == LATEST:
+            if self.high_watermark_lags_epoch_start():
+                raise OffsetNotAvailableError(f"{self.topic}-{self.index}: the high watermark has not caught up "
+                                              "with the start of the leader's epoch yet")
             return (self.last_stable_offset if committed_only else self.high_watermark), -1
         if timestamp < 0:
             raise OffsetOutOfRangeError(timestamp, self.log_start_offset, self.high_watermark)
-        return self._first_record_at_or_after(timestamp, self.last_stable_offset if committed_only
-                                              else self.high_watermark)
+        found = self._first_record_at_or_after(timestamp, self.last_stable_offset if committed_only
+                                               else self.high_watermark)
+        if found[0] < 0 and self.high_watermark_lags_epoch_start():
+            raise OffsetNotAvailableError(f"{self.topic}-{self.index}: no record at or after {timestamp} below "
+                                          "a high watermark that lags the start of the leader's epoch")
+        return found
 
     def _first_record_at_or_after(self, timestamp: int, upper: int) -> tuple[int, int]:
         lg = self.log

@@ -137,3 +137,38 @@ def test_cut_off_follower_leaves_and_rejoins_the_isr(tmp_path, net):
               f"{len(producer.acked)} records acknowledged")
         assert not producer.errors, producer.errors[:5]
         check_data(cluster, topic, 1, producer)
+
+
+def test_end_offsets_never_go_back_when_the_leader_is_cut_off(tmp_path, net):
+    """KIP-207 across a network cut: the leader's link is cut (it loses ZooKeeper too, and its session
+    expires), another broker is elected; a client asking the end offset all along never sees it go
+    back, and once the link heals every acknowledged record is there."""
+    from tests.cluster.test_replication import wait_new_leader
+    from tests.replication_checks import EndOffsetWatcher
+    require_zookeeper()
+    zk = net.start_zookeeper(tmp_path / "zookeeper")
+    overrides = {**OVERRIDES, "zookeeper.session.timeout.ms": 6000}
+    with Cluster(tmp_path, 3, zk=zk.connect, overrides=overrides, listener_host=net.hosts,
+                 command_prefix=net.prefixes) as cluster:
+        topic = create_topic(cluster, "netends", partitions=1)
+        # requests to the cut-off leader get no answer: give up on them after 5 s, not librdkafka's 30 s
+        producer = LoggedProducer(cluster.bootstrap, topic, **{"request.timeout.ms": 5000}).start()
+        watcher = EndOffsetWatcher(cluster.bootstrap, topic).start()
+        try:
+            producer.wait_acked(100, timeout=120)
+            wait_full_isr(cluster, topic, 1)
+            watcher.wait_answers(5)
+            state = cluster.partition_state(topic, 0)
+            leader = state["leader"]
+            net.cut(leader)
+            wait_new_leader(cluster, topic, leader, state["leader_epoch"], timeout=60)
+            producer.wait_acked(50, timeout=90)
+            watcher.wait_answers(5)
+            net.heal(leader)
+            wait_full_isr(cluster, topic, 1, timeout=120)
+            producer.wait_acked(50, timeout=60)
+        finally:
+            producer.stop()
+            watcher.stop()
+        assert not watcher.went_back(), f"the end offset went back: {watcher.went_back()[:5]}"
+        check_data(cluster, topic, 1, producer)

@@ -22,7 +22,8 @@ from pybroker.controller.metadata_cache import BrokerEndpoint, MetadataCache, Pa
 from pybroker.log import LogManager
 from pybroker.protocol import decode_response, encode_request
 from pybroker.protocol.errors import (NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                                      NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, STALE_CONTROLLER_EPOCH)
+                                      NOT_LEADER_OR_FOLLOWER, OFFSET_NOT_AVAILABLE, REQUEST_TIMED_OUT,
+                                      STALE_CONTROLLER_EPOCH)
 from pybroker.records import TRANSACTIONAL, Record, build_batch, decode_records
 from pybroker.replica import manager as manager_module
 from pybroker.replica import partition as partition_module
@@ -449,4 +450,28 @@ def test_a_deposed_leader_truncates_its_unreplicated_tail_by_leader_epoch(tmp_pa
         assert (23 in sent) == (fetch_version < 12)  # OffsetForLeaderEpoch only for a leader without v12
         await a.stop()
         await b.stop()
+    asyncio.run(go())
+
+
+def test_a_new_epoch_answers_offset_not_available_until_its_high_watermark_reaches_the_epoch_start(tmp_path, clock):
+    """KIP-207: the end of the log a client is told never goes back across an election."""
+    async def go():
+        services = await start_services(tmp_path, OVERRIDES)
+        p = await lead_with_follower(services, "t")
+        for value in (b"a", b"b", b"c"):
+            assert append(services, "t", 1, value).error == 0
+        latest = lambda: services.replicas.list_offset("t", 0, -1, -1, False)  # noqa: E731
+        assert latest()[:3] == (0, -1, 0)  # epoch 1 began at offset 0: its high watermark is not behind it
+        newer = replace(services.control.states[("t", 0)], leader_epoch=p.leader_epoch + 1)
+        services.control._publish([newer], {})  # a new epoch starting at offset 3, high watermark still 0
+        assert p.high_watermark_lags_epoch_start()
+        assert latest()[0] == OFFSET_NOT_AVAILABLE
+        assert services.replicas.list_offset("t", 0, 10**13, -1, False)[0] == OFFSET_NOT_AVAILABLE  # none found
+        assert services.replicas.list_offset("t", 0, -2, -1, False)[:3] == (0, -1, 0)  # earliest still answered
+        await follower_fetch(services, "t", 2)
+        assert latest()[0] == OFFSET_NOT_AVAILABLE  # high watermark 2 < 3
+        await follower_fetch(services, "t", 3)
+        assert latest()[:3] == (0, -1, 3) and not p.high_watermark_lags_epoch_start()
+        assert services.replicas.list_offset("t", 0, 10**13, -1, False)[:3] == (0, -1, -1)
+        await stop_services(services)
     asyncio.run(go())
