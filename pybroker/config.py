@@ -147,6 +147,9 @@ _LOG_INTS = {
     "log.index.interval.bytes": (0, INT_MAX),
     "log.index.size.max.bytes": (12, INT_MAX),  # Kafka allows 4; one time-index entry needs 12
     "message.max.bytes": (0, INT_MAX),
+    "log.message.timestamp.before.max.ms": (0, LONG_MAX),
+    "log.message.timestamp.after.max.ms": (0, LONG_MAX),
+    "log.message.timestamp.difference.max.ms": (0, LONG_MAX),
     "min.insync.replicas": (1, INT_MAX),
     "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
     "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),

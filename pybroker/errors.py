@@ -33,13 +33,30 @@ class InvalidRecordError(CorruptRecordError):
     code = codes.INVALID_RECORD
 
 
-class KeylessRecordError(InvalidRecordError):
-    """A record without a key sent to a compacted topic; the message is Kafka's."""
+class RecordErrors:
+    """A refusal that names the records at fault (KIP-467): ``record_errors`` holds (index in the batch,
+    message) pairs, answered in Produce v8+; the message is the batch-level one, as Kafka's."""
+    record_errors: tuple = ()
 
-    def __init__(self, topic: str, partition: int):
-        BrokerError.__init__(self, "Compacted topic cannot accept message without key in topic partition "
-                                   f"{topic}-{partition}.")
-        self.reason, self.offset, self.position = str(self), -1, -1
+    def _name_records(self, message: str, record_errors) -> None:
+        BrokerError.__init__(self, message)
+        self.reason, self.offset, self.position = message, -1, -1
+        self.record_errors = tuple(record_errors)
+
+
+class RefusedRecordsError(RecordErrors, InvalidRecordError):
+    """Records a topic does not take (e.g. without a key on a compacted topic): INVALID_RECORD."""
+
+    def __init__(self, message: str, record_errors):
+        self._name_records(message, record_errors)
+
+
+class InvalidTimestampError(RecordErrors, BrokerError):
+    """Records whose CreateTime lies outside the topic's timestamp bounds: INVALID_TIMESTAMP."""
+    code = codes.INVALID_TIMESTAMP
+
+    def __init__(self, message: str, record_errors):
+        self._name_records(message, record_errors)
 
 
 class RecordTooLargeError(BrokerError):

@@ -98,7 +98,7 @@ def handle(ctx, request):
             return _append_transactional(ctx, request, topics, entries, outcomes)
         appended = ctx.services.replicas.append(acks, entries, NO_TRANSACTIONAL_ID)
         for key, outcome in appended.items():
-            outcomes[key] = (outcome.error, outcome.result, outcome.message)
+            outcomes[key] = (outcome.error, outcome.result, outcome.message, outcome.record_errors)
     return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, error)
 
 
@@ -133,7 +133,7 @@ def _append_transactional(ctx, request, topics, entries, outcomes):
         return _verify_then_append(ctx, request, topics, entries, keys, outcomes)
     appended = ctx.services.replicas.append(request.acks, entries, verification={})
     for key, outcome in appended.items():
-        outcomes[key] = (outcome.error, outcome.result, outcome.message)
+        outcomes[key] = (outcome.error, outcome.result, outcome.message, outcome.record_errors)
     return _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, 0)
 
 
@@ -166,7 +166,7 @@ async def _verify_then_append(ctx, request, topics, entries, keys, outcomes):
                 del entries[key]
     appended = replicas.append(request.acks, entries, verification=guards)
     for key, outcome in appended.items():
-        outcomes[key] = (outcome.error, outcome.result, outcome.message)
+        outcomes[key] = (outcome.error, outcome.result, outcome.message, outcome.record_errors)
     response = _finish(ctx, request, topics, entries if appended else {}, appended, outcomes, 0)
     return await response if asyncio.iscoroutine(response) else response
 
@@ -211,9 +211,13 @@ def _response(ctx, topics, outcomes, error):
     for topic in topics:
         parts = []
         for part in topic.partitions:
-            code, result, message = outcomes.get((topic.name, part.index), (error, None, None))
+            code, result, message, *named = outcomes.get((topic.name, part.index), (error, None, None))
             leader = _NO_LEADER
+            record_errors = _NO_RECORD_ERRORS
             if code:  # failures only: successes pay nothing here
+                if named and named[0]:  # KIP-467: the records that made the batch refused
+                    record_errors = [Response.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                     for i, m in named[0]]
                 if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.services.metadata.partition(topic.name, part.index):
                     code = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker hosts no replica
                 if code == NOT_LEADER_OR_FOLLOWER and ctx.version >= FIRST_LEADER_HINT_VERSION:
@@ -225,7 +229,7 @@ def _response(ctx, topics, outcomes, error):
                 base_offset=result.base_offset if result else -1,
                 log_append_time_ms=result.log_append_time if result else -1,
                 log_start_offset=result.log_start_offset if result else -1,
-                record_errors=_NO_RECORD_ERRORS, error_message=message if code else None,
+                record_errors=record_errors, error_message=message if code else None,
                 current_leader=leader))
         responses.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
     endpoints = [Response.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)

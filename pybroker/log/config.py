@@ -19,6 +19,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX                             # flush.ms / log.flush.interval.ms
     max_message_bytes: int = 1048588                     # max.message.bytes / message.max.bytes
     message_timestamp_type: str = "CreateTime"           # message.timestamp.type / log.message.timestamp.type
+    # how far a CreateTime record's timestamp may lie before / after the broker's clock (KIP-937)
+    message_timestamp_before_max_ms: int = LONG_MAX      # message.timestamp.before.max.ms (log. at broker level)
+    message_timestamp_after_max_ms: int = LONG_MAX       # message.timestamp.after.max.ms (log. at broker level)
+    message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated: both bounds where they are not set
     cleanup_policy: str = "delete"                       # cleanup.policy / log.cleanup.policy: delete, compact or both
     min_cleanable_dirty_ratio: float = 0.5               # min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
     min_compaction_lag_ms: int = 0                       # min.compaction.lag.ms / log.cleaner.min.compaction.lag.ms
@@ -33,7 +37,8 @@ class LogConfig:
             raise ValueError(f"segment.bytes must be at least 14, got {self.segment_bytes}")
         if self.segment_index_bytes < 12:
             raise ValueError(f"segment.index.bytes must be at least 12, got {self.segment_index_bytes}")
-        for name in ("segment_ms", "index_interval_bytes", "max_message_bytes"):
+        for name in ("segment_ms", "index_interval_bytes", "max_message_bytes", "message_timestamp_before_max_ms",
+                     "message_timestamp_after_max_ms", "message_timestamp_difference_max_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{TOPIC_NAMES[name]} must not be negative")
         for name in ("flush_messages", "flush_ms", "min_insync_replicas"):
@@ -50,6 +55,7 @@ class LogConfig:
             raise ValueError(f"Invalid value {self.cleanup_policy} for configuration cleanup.policy: "
                              "String must be one of: compact, delete")
         object.__setattr__(self, "cleanup_policy", ",".join(policies))
+        object.__setattr__(self, "timestamp_bounds", self._timestamp_bounds())  # read on every produce
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError(f"Invalid value {self.min_cleanable_dirty_ratio} for configuration "
                              "min.cleanable.dirty.ratio: Value must be between 0 and 1")
@@ -61,6 +67,16 @@ class LogConfig:
         if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
             raise ValueError("conflict topic config setting max.compaction.lag.ms "
                              f"({self.max_compaction_lag_ms}) < min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+
+    def _timestamp_bounds(self) -> tuple[int, int] | None:
+        """(before, after) ms a CreateTime record may be off the broker's clock; None when unbounded. As
+        Kafka 3.8: a bound left at its default takes message.timestamp.difference.max.ms."""
+        if self.message_timestamp_type != "CreateTime":
+            return None
+        before, after = self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms
+        before = self.message_timestamp_difference_max_ms if before == LONG_MAX else before
+        after = self.message_timestamp_difference_max_ms if after == LONG_MAX else after
+        return None if before == after == LONG_MAX else (before, after)
 
     @property
     def compact(self) -> bool:
@@ -108,6 +124,9 @@ TOPIC_NAMES = {
     "flush_ms": "flush.ms",
     "max_message_bytes": "max.message.bytes",
     "message_timestamp_type": "message.timestamp.type",
+    "message_timestamp_before_max_ms": "message.timestamp.before.max.ms",
+    "message_timestamp_after_max_ms": "message.timestamp.after.max.ms",
+    "message_timestamp_difference_max_ms": "message.timestamp.difference.max.ms",
     "cleanup_policy": "cleanup.policy",
     "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
     "min_compaction_lag_ms": "min.compaction.lag.ms",
@@ -130,6 +149,9 @@ BROKER_NAMES = {
     "flush_ms": "log.flush.interval.ms",
     "max_message_bytes": "message.max.bytes",
     "message_timestamp_type": "log.message.timestamp.type",
+    "message_timestamp_before_max_ms": "log.message.timestamp.before.max.ms",
+    "message_timestamp_after_max_ms": "log.message.timestamp.after.max.ms",
+    "message_timestamp_difference_max_ms": "log.message.timestamp.difference.max.ms",
     "cleanup_policy": "log.cleanup.policy",
     "min_cleanable_dirty_ratio": "log.cleaner.min.cleanable.ratio",
     "min_compaction_lag_ms": "log.cleaner.min.compaction.lag.ms",

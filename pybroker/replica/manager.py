@@ -57,6 +57,7 @@ class ProduceOutcome:
     error: int
     result: ProduceResult | None = None
     message: str | None = None
+    record_errors: tuple = ()  # (batch index, message) of the records that made the batch refused (KIP-467)
 
 
 def error_code(exc: Exception) -> int:
@@ -212,7 +213,7 @@ class ReplicaManager:
                 result = partition.append_as_leader(records, required_acks,
                                                     verification.get(key) if per_key else verification)
             except BrokerError as exc:
-                out[key] = ProduceOutcome(exc.code, message=str(exc))
+                out[key] = ProduceOutcome(exc.code, message=str(exc), record_errors=getattr(exc, "record_errors", ()))
                 continue
             except Exception as exc:  # never let one partition take the request down
                 log.exception("append to %s-%d failed", *key)

@@ -18,12 +18,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from pybroker import core
-from pybroker.errors import BrokerError, KeylessRecordError, OffsetOutOfRangeError
+from pybroker.errors import BrokerError, OffsetOutOfRangeError
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
                                       OFFSET_NOT_AVAILABLE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       UNKNOWN_LEADER_EPOCH)
 from pybroker.records import CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records
 from pybroker.replica.producer_state import ProducerStateManager
+from pybroker.replica.record_validation import check_records
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +195,12 @@ class Partition:
         if required_acks == -1 and len(self.isr) < self.min_isr:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
-        if self.log.config.compact:
-            self._check_keys(batches)
+        config = self.log.config
+        bounds = config.timestamp_bounds
+        # the native key scan finds a keyless record fast; only a batch with one (or bounded timestamps) is decoded
+        keyless = config.compact and any(core.offset_map.keyless_offset(view) >= 0 for view, _ in batches)
+        if keyless or bounds is not None:
+            check_records(batches, self.topic, self.index, keyless, bounds, int(time.time() * 1000))
         for _, info in batches:  # duplicates are answered with their first append's offsets
             if info.producer_id >= 0:
                 if verification is not NO_VERIFICATION:
@@ -303,12 +308,6 @@ class Partition:
             if epoch == self.leader_epoch:
                 return start
         return self.log_end_offset
-
-    def _check_keys(self, batches) -> None:
-        """A compacted topic keeps the latest record per key: a record without one is refused (Kafka's rule)."""
-        for view, _ in batches:
-            if core.offset_map.keyless_offset(view) >= 0:
-                raise KeylessRecordError(self.topic, self.index)
 
     # ---- follower ---------------------------------------------------------------------------
 

@@ -168,8 +168,12 @@ def test_records_without_a_key_are_refused_and_nothing_is_appended(broker_factor
         assert (r.error_code, r.base_offset) == (0, 0)
         bad = bytes(build_batch([Record(b"v", b"k2"), Record(b"no key", None)]))
         r = c.produce("keyed", 0, bad)
-        assert r.error_code == 87  # INVALID_RECORD
-        assert r.error_message == "Compacted topic cannot accept message without key in topic partition keyed-0."
+        assert r.error_code == 87  # INVALID_RECORD, naming the keyless record (KIP-467)
+        keyless = "Compacted topic cannot accept message without key in topic partition keyed-0."
+        assert r.error_message == ("One or more records have been rejected due to 1 record errors in total, and "
+                                   "only showing the first three errors at most: "
+                                   f"[RecordError(batchIndex=1, message='{keyless}')]")
+        assert [(e.batch_index, e.batch_index_error_message) for e in r.record_errors] == [(1, keyless)]
         compressed = bytes(build_batch([Record(b"no key", None)], attributes=4))
         assert c.produce("keyed", 0, compressed).error_code == 87
         assert c.list_offset("keyed", 0) == 1  # nothing appended
