@@ -4,10 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m ruff check pybroker spark_source bench tests
+"${PYTHON:-python3}" -m ruff check pybroker spark_source bench tests
 lint-imports --no-cache
-python3 ci/import_cycles.py pybroker pyspark_pybroker
+"${PYTHON:-python3}" ci/import_cycles.py pybroker pyspark_pybroker
 # the committed codecs and error table must be what the generator makes of the specs (exit 2: no specs here)
 rc=0
-python3 -m pybroker.protocol.generate --check || rc=$?
+"${PYTHON:-python3}" -m pybroker.protocol.generate --check || rc=$?
 if [ "$rc" = 2 ]; then echo "Kafka message specs not found: generated codecs not checked"; elif [ "$rc" != 0 ]; then exit "$rc"; fi

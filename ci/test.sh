@@ -21,13 +21,14 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq zookeeper >/dev/null
     else sudo apt-get update -qq && sudo apt-get install -y -qq zookeeper >/dev/null; fi
 fi
-python3 -m pip install --quiet --upgrade pip
-python3 -m pip install --quiet -e ".[test]"
+PYTHON=${PYTHON:-python3}  # the interpreter to test with (ci/test-pythons.sh runs the others)
+"$PYTHON" -m pip install --quiet --upgrade pip
+"$PYTHON" -m pip install --quiet -e ".[test]"
 
 bash ci/lint.sh  # ruff, the import contracts, no import circles, fresh generated codecs
 
 if [ "$#" -gt 0 ]; then
-    exec python3 -m pytest -q "$@"
+    exec "$PYTHON" -m pytest -q "$@"
 fi
 
 failed=()
@@ -35,7 +36,7 @@ tier() {  # tier NAME PYTEST-ARGS...: run one tier, note it if it fails, go on w
     local name=$1 start=$SECONDS
     shift
     echo "=== $name: pytest $*"
-    python3 -m pytest -q "$@" || failed+=("$name")
+    "$PYTHON" -m pytest -q "$@" || failed+=("$name")
     echo "=== $name: $((SECONDS - start)) s"
 }
 # unit: in-process and CPU-bound, one worker per core

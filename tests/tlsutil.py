@@ -30,6 +30,11 @@ class Authority:
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - DAY).not_valid_after(now + 30 * DAY)
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                                  key_encipherment=False, data_encipherment=False,
+                                                  key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                                  encipher_only=False, decipher_only=False), critical=True)
+                     .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
                      .sign(self.key, hashes.SHA256()))
         self.cert_path = os.path.join(directory, f"{name}.crt")
         with open(self.cert_path, "wb") as f:
@@ -42,7 +47,10 @@ class Authority:
         start, end = (now - 10 * DAY, now - DAY) if expired else (now - DAY, now + 30 * DAY)
         builder = (x509.CertificateBuilder().subject_name(_name(dn)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(start).not_valid_after(end))
+                   .not_valid_before(start).not_valid_after(end)
+                   # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a leaf names the key that signed it
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                                  critical=False))
         if hosts:
             alt = [x509.IPAddress(ipaddress.ip_address(h)) if h[0].isdigit() else x509.DNSName(h) for h in hosts]
             builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
