@@ -150,6 +150,13 @@ _LOG_INTS = {
     "log.message.timestamp.before.max.ms": (0, LONG_MAX),
     "log.message.timestamp.after.max.ms": (0, LONG_MAX),
     "log.message.timestamp.difference.max.ms": (0, LONG_MAX),
+    "log.roll.jitter.ms": (0, LONG_MAX),
+    "log.segment.delete.delay.ms": (0, LONG_MAX),
+    "log.local.retention.ms": (-2, LONG_MAX),
+    "log.local.retention.bytes": (-2, LONG_MAX),
+    "compression.gzip.level": (-INT_MAX - 1, INT_MAX),  # LogConfig checks each codec's own range
+    "compression.lz4.level": (-INT_MAX - 1, INT_MAX),
+    "compression.zstd.level": (-INT_MAX - 1, INT_MAX),
     "min.insync.replicas": (1, INT_MAX),
     "log.cleaner.min.compaction.lag.ms": (0, LONG_MAX),
     "log.cleaner.max.compaction.lag.ms": (1, LONG_MAX),
@@ -159,6 +166,7 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "controller.listener.names", "process.roles", "controller.quorum.voters",
             "controller.quorum.bootstrap.servers", "zookeeper.connect", "log.dirs", "log.dir",
             "cluster.id", "log.level", "log.message.timestamp.type", "log.cleanup.policy", "broker.id",
+            "compression.type", "log.message.format.version", "log.preallocate", "log.message.downconversion.enable",
             "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name",
             "super.users",
             "group.consumer.assignors", "group.consumer.migration.policy")
@@ -696,6 +704,14 @@ def _log_config(raw: Mapping[str, str]) -> LogConfig:
         values["message_timestamp_type"] = ts
     if "log.cleanup.policy" in raw:
         values["cleanup_policy"] = raw["log.cleanup.policy"].strip()
+    for key, name in (("compression.type", "compression_type"),
+                      ("log.message.format.version", "message_format_version")):
+        if key in raw:
+            values[name] = raw[key].strip()
+    for key, name in (("log.preallocate", "preallocate"), ("log.message.downconversion.enable",
+                                                          "message_downconversion_enable")):
+        if key in raw:
+            values[name] = parse_bool(key, raw[key])
     if "log.cleaner.min.cleanable.ratio" in raw:
         values["min_cleanable_dirty_ratio"] = parse_float("log.cleaner.min.cleanable.ratio",
                                                           raw["log.cleaner.min.cleanable.ratio"], 0.0, 1.0)

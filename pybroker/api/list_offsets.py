@@ -1,5 +1,8 @@
 """ListOffsets: earliest (-2), latest (-1) or the first offset at or after a timestamp.
 
+v0 (still served by Kafka 3.8, for old clients) answers a list of up to ``max_num_offsets`` segment
+boundaries instead (``old_style_offsets``, see pybroker.replica.legacy_offsets).
+
 v7+ also asks for the record with the largest timestamp (-3), v8+ the earliest local offset (-4:
 the log start offset, as there is no tiered storage), v9+ the last tiered offset (-5: -1, nothing is
 tiered). v10's timeout bounds remote lookups, which never happen here.
@@ -10,7 +13,7 @@ from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
 
 API_KEY = 2
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 10
 
 EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -3, -4, -5
@@ -31,6 +34,10 @@ def handle(ctx, request):
                                                       error_code=TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1,
                                                       leader_epoch=-1) for p in topic.partitions]))
             continue
+        if ctx.version == 0:
+            topics.append(Response.ListOffsetsTopicResponse(name=topic.name, partitions=[
+                _legacy(replicas, topic.name, p, request.replica_id) for p in topic.partitions]))
+            continue
         for p in topic.partitions:
             error, ts, offset, epoch = _lookup(replicas, topic.name, p, committed_only)
             parts.append(Response.ListOffsetsPartitionResponse(
@@ -38,6 +45,14 @@ def handle(ctx, request):
                 leader_epoch=epoch))
         topics.append(Response.ListOffsetsTopicResponse(name=topic.name, partitions=parts))
     return Response(throttle_time_ms=0, topics=topics)
+
+
+def _legacy(replicas, name: str, p, replica_id: int):
+    """One partition's v0 answer: its old-style offset list."""
+    error, offsets = replicas.legacy_list_offsets(name, p.partition_index, p.timestamp, p.max_num_offsets,
+                                                  replica_id)
+    return Response.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=error,
+                                                 old_style_offsets=offsets)
 
 
 def _lookup(replicas, name: str, p, committed_only: bool) -> tuple[int, int, int, int]:

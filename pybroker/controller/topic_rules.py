@@ -21,8 +21,12 @@ INTERNAL_TOPICS = ("__consumer_offsets",)
 def describe_topic_configs(record, base) -> list[tuple[str, str, bool]]:
     """(Kafka name, value, overridden) for every topic-level config of a topic record."""
     effective = LogConfig.from_properties(record.configs, base=base)
-    return [(prop, str(getattr(effective, field)), prop in record.configs)
+    return [(prop, _as_kafka_text(getattr(effective, field)), prop in record.configs)
             for field, prop in sorted(TOPIC_NAMES.items(), key=lambda kv: kv[1])]
+
+
+def _as_kafka_text(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)  # Java's spelling
 
 
 def check_new_topic(config, name: str, partitions: int, replication_factor: int, configs, live_brokers: int):

@@ -231,7 +231,7 @@ class ZkController:
                 continue
             live = set(self.live) - gone - self.shutting_down
             if s.leader in gone or s.leader == NO_LEADER:
-                leader, isr = elect_leader(replicas, s.isr, live, self.config.unclean_leader_election_enable)
+                leader, isr = elect_leader(replicas, s.isr, live, await self._unclean_allowed(key[0], s.isr, live))
             else:
                 leader, isr = s.leader, tuple(r for r in s.isr if r not in gone)
             if await self.write_state(key, leader, isr, s):
@@ -244,13 +244,23 @@ class ZkController:
             s = self.states.get(key)
             if s is None or s.leader in live:
                 continue
-            leader, isr = elect_leader(replicas, s.isr, live - self.shutting_down,
-                                       self.config.unclean_leader_election_enable)
+            eligible = live - self.shutting_down
+            leader, isr = elect_leader(replicas, s.isr, eligible, await self._unclean_allowed(key[0], s.isr, eligible))
             if leader == NO_LEADER and s.leader == NO_LEADER:
                 continue
             if await self.write_state(key, leader, isr, s):
                 changed.add(key)
         return changed
+
+    async def _unclean_allowed(self, topic: str, isr, live) -> bool:
+        """unclean.leader.election.enable: the topic's override, else the broker's; read from ZooKeeper
+        only when no in-sync replica is live (the one case it decides)."""
+        if set(isr) & set(live):
+            return False
+        value = (await self.zk_call(self.zk.topic_configs, topic)).get("unclean.leader.election.enable")
+        if value is None:
+            return self.config.unclean_leader_election_enable
+        return str(value).strip().lower() == "true"
 
     async def write_state(self, key, leader: int, isr: tuple, old: LeaderIsr) -> bool:
         """A new leader epoch, written behind the controller-epoch check; retried on a newer version."""
@@ -270,7 +280,7 @@ class ZkController:
             replicas = self.assignments[key[0]][key[1]]
             if leader not in fresh.isr and leader != NO_LEADER:
                 leader, isr = elect_leader(replicas, fresh.isr, set(self.live),
-                                           self.config.unclean_leader_election_enable)
+                                           await self._unclean_allowed(key[0], fresh.isr, set(self.live)))
             else:
                 isr = tuple(r for r in fresh.isr if r in self.live) or fresh.isr
         return False

@@ -3,6 +3,10 @@ import re
 from dataclasses import dataclass, fields
 
 NO_LIMIT = -1
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")  # Kafka's order
+LEVELS = {"compression_gzip_level": (1, 9), "compression_lz4_level": (1, 17),
+          "compression_zstd_level": (-131072, 22)}
+METADATA_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")  # Kafka's version strings: 0.10.0, 2.8-IV1, 3.0
 THROTTLED_REPLICAS = re.compile(r"\s*(\*|(\d+:\d+\s*(,\s*\d+:\d+\s*)*)?)\s*")  # "*" or "partition:broker,..."
 LONG_MAX = 2**63 - 1
 
@@ -31,6 +35,20 @@ class LogConfig:
     min_insync_replicas: int = 1                         # min.insync.replicas (topic and broker level)
     leader_replication_throttled_replicas: str = ""      # leader.replication.throttled.replicas (topic only)
     follower_replication_throttled_replicas: str = ""    # follower.replication.throttled.replicas (topic only)
+    # accepted as Kafka 3.8 takes them; what each means here: KNOWN_AS_KAFKA's notes (DescribeConfigs shows them)
+    compression_type: str = "producer"                   # compression.type (topic and broker level)
+    compression_gzip_level: int = -1                     # compression.gzip.level (-1: the codec's default)
+    compression_lz4_level: int = 9                       # compression.lz4.level
+    compression_zstd_level: int = 3                      # compression.zstd.level
+    segment_jitter_ms: int = 0                           # segment.jitter.ms / log.roll.jitter.ms
+    file_delete_delay_ms: int = 60000                    # file.delete.delay.ms / log.segment.delete.delay.ms
+    unclean_leader_election_enable: bool = False         # unclean.leader.election.enable (topic level)
+    preallocate: bool = False                            # preallocate / log.preallocate
+    message_format_version: str = "3.0-IV1"              # deprecated: message.format.version
+    message_downconversion_enable: bool = True           # message.downconversion.enable
+    remote_storage_enable: bool = False                  # remote.storage.enable (topic only)
+    local_retention_ms: int = -2                         # local.retention.ms / log.local.retention.ms
+    local_retention_bytes: int = -2                      # local.retention.bytes / log.local.retention.bytes
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -38,7 +56,8 @@ class LogConfig:
         if self.segment_index_bytes < 12:
             raise ValueError(f"segment.index.bytes must be at least 12, got {self.segment_index_bytes}")
         for name in ("segment_ms", "index_interval_bytes", "max_message_bytes", "message_timestamp_before_max_ms",
-                     "message_timestamp_after_max_ms", "message_timestamp_difference_max_ms"):
+                     "message_timestamp_after_max_ms", "message_timestamp_difference_max_ms", "segment_jitter_ms",
+                     "file_delete_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{TOPIC_NAMES[name]} must not be negative")
         for name in ("flush_messages", "flush_ms", "min_insync_replicas"):
@@ -55,6 +74,7 @@ class LogConfig:
             raise ValueError(f"Invalid value {self.cleanup_policy} for configuration cleanup.policy: "
                              "String must be one of: compact, delete")
         object.__setattr__(self, "cleanup_policy", ",".join(policies))
+        self._check_kafka_only_settings()
         object.__setattr__(self, "timestamp_bounds", self._timestamp_bounds())  # read on every produce
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError(f"Invalid value {self.min_cleanable_dirty_ratio} for configuration "
@@ -67,6 +87,27 @@ class LogConfig:
         if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
             raise ValueError("conflict topic config setting max.compaction.lag.ms "
                              f"({self.max_compaction_lag_ms}) < min.compaction.lag.ms ({self.min_compaction_lag_ms})")
+
+    def _check_kafka_only_settings(self) -> None:
+        """Kafka 3.8's checks of the settings pybroker takes but does not act on (see KNOWN_AS_KAFKA)."""
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"Invalid value {self.compression_type} for configuration compression.type: String "
+                             f"must be one of: {', '.join(COMPRESSION_TYPES)}")
+        for name, (lo, hi) in LEVELS.items():
+            level = getattr(self, name)
+            if not (lo <= level <= hi or (name == "compression_gzip_level" and level == -1)):
+                raise ValueError(f"Invalid value {level} for configuration {TOPIC_NAMES[name]}: Value must be "
+                                 f"between {lo} and {hi}")
+        for name in ("local_retention_ms", "local_retention_bytes"):
+            if getattr(self, name) < -2:
+                raise ValueError(f"Invalid value {getattr(self, name)} for configuration {TOPIC_NAMES[name]}: "
+                                 "Value must be at least -2")
+        if not METADATA_VERSION.fullmatch(self.message_format_version):
+            raise ValueError(f"Invalid value {self.message_format_version} for configuration message.format.version: "
+                             "not a Kafka version")
+        if self.remote_storage_enable:  # no tiered storage here, as a Kafka broker without a remote log system
+            raise ValueError("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+                             "with remote log storage.")
 
     def _timestamp_bounds(self) -> tuple[int, int] | None:
         """(before, after) ms a CreateTime record may be off the broker's clock; None when unbounded. As
@@ -96,6 +137,12 @@ class LogConfig:
                 raise ValueError(f"unknown log config {key!r}")
             if name in STRINGS:
                 values[name] = str(raw).strip()
+            elif name in BOOLS:
+                text = str(raw).strip().lower()
+                if text not in ("true", "false"):
+                    raise ValueError(f"Invalid value {raw} for configuration {key}: Expected value to be either "
+                                     "true or false")
+                values[name] = text == "true"
             elif name in FLOATS:
                 try:
                     values[name] = float(raw)
@@ -135,9 +182,23 @@ TOPIC_NAMES = {
     "min_insync_replicas": "min.insync.replicas",
     "leader_replication_throttled_replicas": "leader.replication.throttled.replicas",
     "follower_replication_throttled_replicas": "follower.replication.throttled.replicas",
+    "compression_type": "compression.type",
+    "compression_gzip_level": "compression.gzip.level",
+    "compression_lz4_level": "compression.lz4.level",
+    "compression_zstd_level": "compression.zstd.level",
+    "segment_jitter_ms": "segment.jitter.ms",
+    "file_delete_delay_ms": "file.delete.delay.ms",
+    "unclean_leader_election_enable": "unclean.leader.election.enable",
+    "preallocate": "preallocate",
+    "message_format_version": "message.format.version",
+    "message_downconversion_enable": "message.downconversion.enable",
+    "remote_storage_enable": "remote.storage.enable",
+    "local_retention_ms": "local.retention.ms",
+    "local_retention_bytes": "local.retention.bytes",
 }
 STRINGS = ("message_timestamp_type", "cleanup_policy", "leader_replication_throttled_replicas",
-           "follower_replication_throttled_replicas")
+           "follower_replication_throttled_replicas", "compression_type", "message_format_version")
+BOOLS = ("unclean_leader_election_enable", "preallocate", "message_downconversion_enable", "remote_storage_enable")
 BROKER_NAMES = {
     "segment_bytes": "log.segment.bytes",
     "segment_ms": "log.roll.ms",
@@ -158,6 +219,17 @@ BROKER_NAMES = {
     "max_compaction_lag_ms": "log.cleaner.max.compaction.lag.ms",
     "delete_retention_ms": "log.cleaner.delete.retention.ms",
     "min_insync_replicas": "min.insync.replicas",
+    "compression_type": "compression.type",
+    "compression_gzip_level": "compression.gzip.level",
+    "compression_lz4_level": "compression.lz4.level",
+    "compression_zstd_level": "compression.zstd.level",
+    "segment_jitter_ms": "log.roll.jitter.ms",
+    "file_delete_delay_ms": "log.segment.delete.delay.ms",
+    "preallocate": "log.preallocate",
+    "message_format_version": "log.message.format.version",
+    "message_downconversion_enable": "log.message.downconversion.enable",
+    "local_retention_ms": "log.local.retention.ms",
+    "local_retention_bytes": "log.local.retention.bytes",
 }
 FLOATS = ("min_cleanable_dirty_ratio",)
 BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}

@@ -21,12 +21,14 @@ from pybroker.log import partition_metadata
 from pybroker.protocol.errors import (INCONSISTENT_TOPIC_ID, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                                       NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, STALE_CONTROLLER_EPOCH,
                                       UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION)
+from pybroker.replica import legacy_offsets
 from pybroker.replica.partition import NotLeaderOrFollowerError, Partition, ProduceResult, monotonic_ms
 from pybroker.replica.producer_state import VERIFY_NOT_NEEDED
 from pybroker.replica.throttle import ReplicationQuota, is_throttled
 
 log = logging.getLogger(__name__)
 
+CONSUMER_ID = -1  # Fetch/ListOffsets replica id of a client
 DEBUGGING_CONSUMER_ID = -2  # Fetch replica id of a debugging consumer: reads any replica
 
 
@@ -534,6 +536,23 @@ class ReplicaManager:
         except BrokerError as exc:
             return exc.code, -1, -1, -1
         return 0, ts, offset, p.leader_epoch
+
+    def legacy_list_offsets(self, topic: str, partition: int, timestamp: int, max_num_offsets: int,
+                            replica_id: int) -> tuple[int, list[int]]:
+        """(error, offsets) for ListOffsets v0: segment boundaries before ``timestamp``, newest first.
+        A consumer (replica id -1) is capped at the high watermark; only a debugging consumer (-2) may
+        ask a follower. No KIP-207 check: v0 predates it, as in Kafka."""
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, []
+        if replica_id != DEBUGGING_CONSUMER_ID and not p.is_leader:
+            return NOT_LEADER_OR_FOLLOWER, []
+        if max_num_offsets < 0:
+            return UNKNOWN_SERVER_ERROR, []  # what Kafka answers: it fails sizing the list
+        offsets = legacy_offsets.offsets_before(p.log, timestamp, max_num_offsets)
+        if replica_id == CONSUMER_ID:
+            offsets = legacy_offsets.cap_at_high_watermark(offsets, p.high_watermark)
+        return 0, offsets
 
     def delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
         """(error, low watermark) for DeleteRecords."""
