@@ -1,7 +1,8 @@
 """Decompress a record batch's records section (codecs 1-4: gzip, snappy, lz4, zstd).
 
 The broker stores and serves batches as sent and never needs this on the hot path; it is for
-the few places that must see individual records (ListOffsets by timestamp, tools, tests).
+the few places that must see individual records (ListOffsets by timestamp, tools, tests) and for
+topics whose compression.type asks the broker to recompress what producers send.
 """
 import struct
 
@@ -26,17 +27,18 @@ def decompress(codec: int, data) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data) -> bytes:
+def compress(codec: int, data, level: int | None = None) -> bytes:
+    """``level``: the codec's compression level (gzip 1-9, lz4 1-17, zstd up to 22); None: its default."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
-        return bytes(cramjam.gzip.compress(bytes(data)))
+        return bytes(cramjam.gzip.compress(bytes(data), level=level))
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(bytes(data)))
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(bytes(data)))
+        return bytes(cramjam.lz4.compress(bytes(data), level=level))
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(bytes(data)))
+        return bytes(cramjam.zstd.compress(bytes(data), level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 

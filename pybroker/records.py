@@ -1,7 +1,8 @@
 """Build Kafka v2 record batches (magic 2) in Python.
 
-Used by tests, benchmarks and tools to make real batches; the broker itself never
-re-encodes records. Format: the record-batch section of Kafka's implementation docs.
+Used by tests, benchmarks and tools to make real batches; the broker itself re-encodes records only
+for a topic whose compression.type is not ``producer`` (``recompressed``). Format: the record-batch
+section of Kafka's implementation docs.
 """
 import struct
 from dataclasses import dataclass, field
@@ -79,6 +80,20 @@ def build_batch(records, base_offset: int = 0, base_timestamp: int = 0,
     batch[HEADER.size:] = body
     struct.pack_into(">I", batch, 17, core.crc.crc32c(memoryview(batch)[CRC_START:]))
     return batch
+
+
+def recompressed(batch, codec: int, level: int | None = None) -> bytearray:
+    """The v2 ``batch`` with its records section in ``codec`` (0: none) at ``level``: the header's
+    fields (offsets, producer, sequence, timestamps) kept, its length, codec bits and CRC rewritten."""
+    from pybroker.compression import compress, decompress
+    view = memoryview(batch).cast("B")
+    attributes = struct.unpack_from(">h", view, 21)[0]
+    out = bytearray(view[:HEADER.size])
+    out += compress(codec, decompress(attributes & 0x07, view[HEADER.size:]), level)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">h", out, 21, (attributes & ~0x07) | codec)
+    struct.pack_into(">I", out, 17, core.crc.crc32c(memoryview(out)[CRC_START:]))
+    return out
 
 
 def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,

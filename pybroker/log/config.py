@@ -4,6 +4,7 @@ from dataclasses import dataclass, fields
 
 NO_LIMIT = -1
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")  # Kafka's order
+CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # a record batch's codec ids
 LEVELS = {"compression_gzip_level": (1, 9), "compression_lz4_level": (1, 17),
           "compression_zstd_level": (-131072, 22)}
 METADATA_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")  # Kafka's version strings: 0.10.0, 2.8-IV1, 3.0
@@ -76,6 +77,7 @@ class LogConfig:
         object.__setattr__(self, "cleanup_policy", ",".join(policies))
         self._check_kafka_only_settings()
         object.__setattr__(self, "timestamp_bounds", self._timestamp_bounds())  # read on every produce
+        object.__setattr__(self, "recompression", self._recompression())  # likewise
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError(f"Invalid value {self.min_cleanable_dirty_ratio} for configuration "
                              "min.cleanable.dirty.ratio: Value must be between 0 and 1")
@@ -108,6 +110,15 @@ class LogConfig:
         if self.remote_storage_enable:  # no tiered storage here, as a Kafka broker without a remote log system
             raise ValueError("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
                              "with remote log storage.")
+
+    def _recompression(self) -> tuple[int, int | None] | None:
+        """(codec, level) every produced batch is stored in, or None to keep the producer's (compression.type)."""
+        codec = CODECS.get(self.compression_type)
+        if codec is None:
+            return None
+        levels = {1: self.compression_gzip_level, 3: self.compression_lz4_level, 4: self.compression_zstd_level}
+        level = levels.get(codec)
+        return codec, None if level == -1 else level
 
     def _timestamp_bounds(self) -> tuple[int, int] | None:
         """(before, after) ms a CreateTime record may be off the broker's clock; None when unbounded. As

@@ -22,7 +22,8 @@ from pybroker.errors import BrokerError, OffsetOutOfRangeError
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
                                       OFFSET_NOT_AVAILABLE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       UNKNOWN_LEADER_EPOCH)
-from pybroker.records import CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records
+from pybroker.records import (CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records,
+                              recompressed)
 from pybroker.replica.producer_state import ProducerStateManager
 from pybroker.replica.record_validation import check_records
 
@@ -196,6 +197,11 @@ class Partition:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
         config = self.log.config
+        if config.recompression is not None:  # compression.type: stored in the topic's codec, not the producer's
+            codec, level = config.recompression
+            if any(info.attributes & 0x07 != codec for _, info in batches):
+                records = bytearray().join(recompressed(view, codec, level) for view, _ in batches)  # writable
+                batches = self.log.validate(records)
         bounds = config.timestamp_bounds
         # the native key scan finds a keyless record fast; only a batch with one (or bounded timestamps) is decoded
         keyless = config.compact and any(core.offset_map.keyless_offset(view) >= 0 for view, _ in batches)
