@@ -9,7 +9,7 @@ versions=("$@")
 failed=()
 for v in "${versions[@]}"; do
     interpreter=$(command -v "python$v" || true)
-    if [ -z "$interpreter" ] && command -v pyenv >/dev/null 2>&1; then
+    if ! "${interpreter:-false}" --version >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then  # a bare shim
         interpreter=$(pyenv prefix "$(pyenv versions --bare | grep -E "^$v(\.|$)" | tail -1)" 2>/dev/null)/bin/python$v
     fi
     if [ ! -x "${interpreter:-}" ]; then
