@@ -6,8 +6,15 @@ boundaries instead (``old_style_offsets``, see pybroker.replica.legacy_offsets).
 v7+ also asks for the record with the largest timestamp (-3), v8+ the earliest local offset (-4:
 the log start offset, as there is no tiered storage), v9+ the last tiered offset (-5: -1, nothing is
 tiered). v10's timeout bounds remote lookups, which never happen here.
+
+A new leader whose high watermark has not reached the start of its epoch answers OFFSET_NOT_AVAILABLE
+(KIP-207) from v5; older versions, whose clients do not know that code, get LEADER_NOT_AVAILABLE, as
+from Kafka. A partition named twice in one request (v1+) is refused INVALID_REQUEST each time.
 """
-from pybroker.protocol.errors import OFFSET_NOT_AVAILABLE, TOPIC_AUTHORIZATION_FAILED
+from collections import Counter
+
+from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, OFFSET_NOT_AVAILABLE,
+                                      TOPIC_AUTHORIZATION_FAILED)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
@@ -26,6 +33,8 @@ def handle(ctx, request):
     committed_only = request.isolation_level == 1
     topics = []
     authz = ctx.authorizer
+    version = ctx.version
+    named = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     for topic in request.topics:
         parts = []
         if authz is not None and not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, topic.name):
@@ -34,12 +43,17 @@ def handle(ctx, request):
                                                       error_code=TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1,
                                                       leader_epoch=-1) for p in topic.partitions]))
             continue
-        if ctx.version == 0:
+        if version == 0:
             topics.append(Response.ListOffsetsTopicResponse(name=topic.name, partitions=[
                 _legacy(replicas, topic.name, p, request.replica_id) for p in topic.partitions]))
             continue
         for p in topic.partitions:
-            error, ts, offset, epoch = _lookup(replicas, topic.name, p, committed_only)
+            if named[(topic.name, p.partition_index)] > 1:
+                error, ts, offset, epoch = INVALID_REQUEST, -1, -1, -1
+            else:
+                error, ts, offset, epoch = _lookup(replicas, topic.name, p, committed_only)
+            if error == OFFSET_NOT_AVAILABLE and version < 5:
+                error = LEADER_NOT_AVAILABLE
             parts.append(Response.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=error, timestamp=ts, offset=offset,
                 leader_epoch=epoch))
