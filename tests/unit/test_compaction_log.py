@@ -6,6 +6,7 @@ latest of its key among the offsets below that end; nothing above it changed; a 
 only after a cleaning at least delete.retention.ms after an earlier cleaning saw it, and always
 goes at the first cleaning after that. Reads from any offset start at the next surviving one.
 """
+import dataclasses
 import os
 import random
 import signal
@@ -335,13 +336,13 @@ def test_min_and_max_compaction_lag(tmp_path):
         lg.roll()
     cleaner = new_cleaner()
     assert not m.cleaner.clean_once(cleaner, now=20_500)  # ratio 1.0 needs every byte dirty... and is lagged
-    lg.update_config(LogConfig(**{**config.__dict__, "min_cleanable_dirty_ratio": 0.0}))
+    lg.update_config(dataclasses.replace(config, min_cleanable_dirty_ratio=0.0))
     assert m.cleaner.clean_once(cleaner, now=20_500)
     # the segment with ts 20000 is younger than the lag at 20500: only the first two were cleaned
     assert m.cleaner.first_dirty[("t", 0)] == 2
     assert sorted(records_on_disk(lg)) == [1, 2]
-    lg.update_config(LogConfig(**{**config.__dict__, "min_cleanable_dirty_ratio": 1.0, "min_compaction_lag_ms": 0,
-                                   "max_compaction_lag_ms": 5_000}))
+    lg.update_config(dataclasses.replace(config, min_cleanable_dirty_ratio=1.0, min_compaction_lag_ms=0,
+                                         max_compaction_lag_ms=5_000))
     lg.append(build_batch([Record(b"late", b"k", timestamp=21_000)]))  # in the active segment
     assert m.cleaner.clean_once(cleaner, now=30_000)  # overdue: cleaned below the ratio, active rolled
     assert sorted(records_on_disk(lg)) == [3]
