@@ -12,6 +12,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
+from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, mmap, munmap
 from varint cimport VARINT_OK, VARINT_TRUNCATED, read_zigzag
 
 from pybroker.compression import compress, decompress
@@ -360,6 +361,7 @@ cdef class OffsetMap:
     def __cinit__(self, memory_bytes, double load_factor=DEFAULT_LOAD_FACTOR):
         cdef Py_ssize_t mem = memory_bytes
         cdef uint64_t capacity, limit
+        cdef void *p
         if not 0.0 < load_factor <= 1.0:
             raise ValueError(f"load factor must be in (0, 1], not {load_factor}")
         capacity = <uint64_t>(mem // 24) if mem > 0 else 0
@@ -368,15 +370,18 @@ cdef class OffsetMap:
             limit = capacity - 1 if capacity else 0
         if limit < 1:
             raise ValueError(f"{memory_bytes} bytes cannot hold a key at load factor {load_factor}")
-        self.t.slots = <Entry *>malloc(capacity * sizeof(Entry))
-        if self.t.slots == NULL:
+        # mapped, not malloc'd: whatever the allocator, munmap gives every page back when the map goes
+        p = mmap(NULL, capacity * sizeof(Entry), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if p == MAP_FAILED:
             raise MemoryError(f"cannot allocate an offset map of {capacity * sizeof(Entry)} bytes")
+        self.t.slots = <Entry *>p
         self.t.capacity = capacity
         self.t.limit = limit
         self.clear()
 
     def __dealloc__(self):
-        free(self.t.slots)
+        if self.t.slots != NULL:
+            munmap(self.t.slots, self.t.capacity * sizeof(Entry))
 
     @property
     def capacity(self):

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from pybroker.config_catalog import BROKER as KAFKA_BROKER_KEYS
+from pybroker.config_catalog import IGNORED_REASONS, check_value, ignored_reason
 from pybroker.log.config import BROKER_NAMES, LogConfig
 from pybroker.properties import INT_MAX, LONG_MAX, ConfigError, parse_bool, parse_float, parse_int, parse_properties
 from pybroker.security.sasl import settings as sasl_settings
@@ -47,27 +49,9 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 LOG_LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARNING", "WARNING": "WARNING", "ERROR": "ERROR"}
 
-# Kafka broker keys with no meaning here; accepted (so stock configs load) and reported as ignored.
-IGNORED = {
-    "num.network.threads": "one asyncio event loop serves all connections",
-    "num.io.threads": "requests are handled on the event loop, not a thread pool",
-    "socket.send.buffer.bytes": "the OS socket buffer sizes are used",
-    "socket.receive.buffer.bytes": "the OS socket buffer sizes are used",
-    "num.recovery.threads.per.data.dir": "log recovery is sequential",
-    "share.coordinator.state.topic.replication.factor": "share groups are not supported",
-    "share.coordinator.state.topic.min.isr": "share groups are not supported",
-    "zookeeper.connection.timeout.ms": "the ZooKeeper client connects within the session timeout",
-    "ssl.keymanager.algorithm": "Java's TLS stack only",
-    "ssl.trustmanager.algorithm": "Java's TLS stack only",
-    "ssl.secure.random.implementation": "Java's TLS stack only",
-    "ssl.provider": "Java's TLS stack only",
-    "ssl.engine.factory.class": "Java's TLS stack only",
-    "ssl.endpoint.identification.algorithm": "brokers do not check client host names",
-    "ssl.truststore.password": "PEM truststores have no password",
-    "ssl.allow.dn.changes": "certificates are not reloaded while running",
-    "ssl.allow.san.changes": "certificates are not reloaded while running",
-    "log.cleaner.io.buffer.size": "the log cleaner maps segments instead of reading them through a buffer",
-}
+# Kafka broker keys with no meaning here: accepted (so stock configs load), type-checked, reported as ignored.
+# Every other Kafka 3.8 broker key (pybroker/config_catalog.py) is accepted the same way.
+IGNORED = dict(IGNORED_REASONS)
 
 # key -> (field, minimum, maximum) for plain integer keys of BrokerConfig
 _INTS = {
@@ -151,6 +135,7 @@ _LOG_INTS = {
     "log.message.timestamp.after.max.ms": (0, LONG_MAX),
     "log.message.timestamp.difference.max.ms": (0, LONG_MAX),
     "log.roll.jitter.ms": (0, LONG_MAX),
+    "log.roll.jitter.hours": (0, INT_MAX),
     "log.segment.delete.delay.ms": (0, LONG_MAX),
     "log.local.retention.ms": (-2, LONG_MAX),
     "log.local.retention.bytes": (-2, LONG_MAX),
@@ -325,16 +310,23 @@ class BrokerConfig:
         ignored = []
         for key in raw:
             suffix = _listener_key_suffix(key)
-            if key in IGNORED or suffix in IGNORED:
-                ignored.append(key)
-                log.info("ignoring config %s=%s: %s", key, raw[key], IGNORED[key if key in IGNORED else suffix])
-            elif key not in SUPPORTED and suffix not in LISTENER_KEYS and not sasl_settings.is_sasl_key(key) \
-                    and not key.startswith(SCHEMA_REGISTRY_PREFIX):
-                known = sorted(SUPPORTED | IGNORED.keys())
+            if key in SUPPORTED or suffix in LISTENER_KEYS and suffix not in IGNORED or sasl_settings.is_sasl_key(key) \
+                    or key.startswith(SCHEMA_REGISTRY_PREFIX):
+                continue
+            kafka_key = KAFKA_BROKER_KEYS.get(key) or KAFKA_BROKER_KEYS.get(suffix or "")
+            if kafka_key is None and key not in IGNORED and suffix not in IGNORED:
+                known = sorted(SUPPORTED | KAFKA_BROKER_KEYS.keys())
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 src = f"{where[key]}: " if key in where else ""
                 raise ConfigError(f"{src}unknown config key {key!r}{hint}", key)
+            if kafka_key is not None:
+                try:
+                    check_value(key, kafka_key.type, raw[key])
+                except ValueError as exc:
+                    raise ConfigError(f"{where[key] + ': ' if key in where else ''}{exc}", key) from None
+            ignored.append(key)
+            log.info("ignoring config %s=%s: %s", key, raw[key], ignored_reason(suffix if suffix in IGNORED else key))
         values = {}
         for key, (name, lo, hi) in _INTS.items():
             if key in raw:
@@ -435,11 +427,21 @@ class BrokerConfig:
         for name, key in _BROKER_LOG_NAMES.items():
             value = getattr(lc, name)
             group = {"log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+                     "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
                      "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours")}
             put(key, str(value), *group.get(key, (key,)))
         put("log.roll.hours", raw.get("log.roll.hours", "168"))
         put("log.retention.minutes", raw.get("log.retention.minutes"))
         put("log.retention.hours", raw.get("log.retention.hours", "168"))
+        put("log.roll.jitter.hours", raw.get("log.roll.jitter.hours", "0"))
+        return out
+
+    def describe_all(self) -> dict[str, tuple[str | None, bool]]:
+        """``describe()`` and every other key a Kafka 3.8 broker describes: as set, else Kafka's default."""
+        out = self.describe()
+        for key, kafka in KAFKA_BROKER_KEYS.items():
+            if key not in out and not kafka.internal:
+                out[key] = (self.raw.get(key, kafka.default), key not in self.raw)
         return out
 
 
@@ -684,6 +686,8 @@ def _log_config(raw: Mapping[str, str]) -> LogConfig:
     for name, key in _BROKER_LOG_NAMES.items():
         if key in n:
             values[name] = n[key]
+    if "log.roll.jitter.ms" not in n and "log.roll.jitter.hours" in n:
+        values["segment_jitter_ms"] = n["log.roll.jitter.hours"] * 3_600_000
     if "log.roll.ms" not in n and "log.roll.hours" in n:
         values["segment_ms"] = n["log.roll.hours"] * 3_600_000
     if "log.retention.ms" in n:

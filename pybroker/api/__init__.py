@@ -43,5 +43,10 @@ MODULES += (consumer_group_heartbeat, consumer_group_describe)
 from pybroker.api import offset_delete  # noqa: E402  (OffsetDelete: pybroker/coordinator/offset_deletion.py)
 
 MODULES += (offset_delete,)
+from pybroker.api import (alter_replica_log_dirs, create_delegation_token, describe_delegation_token,  # noqa: E402
+                          expire_delegation_token, renew_delegation_token, update_features)  # (Kafka 3.8's ZK broker)
+
+MODULES += (alter_replica_log_dirs, create_delegation_token, renew_delegation_token, expire_delegation_token,
+            describe_delegation_token, update_features)
 TABLE = {m.API_KEY: m for m in MODULES}
 api_versions.TABLE.update(TABLE)  # ApiVersions answers from this table without importing it

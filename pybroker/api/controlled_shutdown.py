@@ -1,13 +1,14 @@
 """ControlledShutdown (brokers to the controller): move a stopping broker's leaderships away.
 
-Versions 2+ only: they carry the broker epoch, so only the running incarnation of a broker can
-ask for its own leaderships to move (Kafka's v0 needs a header of its own; v1 has no epoch)."""
+v2+ carry the broker epoch, so only the running incarnation of a broker can ask for its own
+leaderships to move; v0 (whose request header has no client id) and v1 carry none and are passed on
+with the unknown epoch -1, which the controller judges."""
 from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security.acl_checks import cluster_denied
 
 API_KEY = 7
-MIN_VERSION = 2
+MIN_VERSION = 0
 MAX_VERSION = 3
 
 Response = RESPONSES[API_KEY]

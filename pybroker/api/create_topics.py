@@ -12,7 +12,7 @@ from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 19
-MIN_VERSION = 2
+MIN_VERSION = 0  # v0 has no validate_only, v0-1 no throttle time
 MAX_VERSION = 7
 
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # config sources

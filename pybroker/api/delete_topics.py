@@ -14,7 +14,7 @@ from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 20
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 6
 
 ZERO_UUID = uuid.UUID(int=0)

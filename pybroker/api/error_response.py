@@ -303,13 +303,21 @@ def _stop_replica(cls, version, request, code, message):
         topic_name=name, partition_index=i, error_code=code) for name, i in pairs])
 
 
+def _alter_replica_log_dirs(cls, version, request, code, message):
+    """Each dir's topics as asked, every partition with the error (no top-level error)."""
+    return cls(throttle_time_ms=0, results=[cls.AlterReplicaLogDirTopicResult(topic_name=t.name, partitions=[
+        cls.AlterReplicaLogDirPartitionResult(partition_index=p, error_code=code) for p in t.partitions])
+        for d in request.dirs for t in d.topics])
+
+
 _BUILDERS = {
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 4: _leader_and_isr, 5: _stop_replica,
     8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator, 11: _join_group, 15: _describe_groups,
     17: _sasl_handshake, 18: _api_versions, 19: _create_topics, 20: _delete_topics, 21: _delete_records,
     22: _init_producer_id, 23: _offset_for_leader_epoch, 24: _add_partitions_to_txn, 27: _write_txn_markers,
     28: _txn_offset_commit, 30: _create_acls, 31: _delete_acls,
-    32: _describe_configs, 33: _alter_configs, 37: _create_partitions, 42: _delete_groups, 43: _elect_leaders,
+    32: _describe_configs, 33: _alter_configs, 34: _alter_replica_log_dirs, 37: _create_partitions,
+    42: _delete_groups, 43: _elect_leaders,
     44: _alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments, 47: _offset_delete,
     48: _describe_client_quotas, 49: _alter_client_quotas, 50: _describe_user_scram_credentials,
     51: _alter_user_scram_credentials, 61: _describe_producers, 65: _describe_transactions,

@@ -1,7 +1,8 @@
 """Fetch: long-poll reads answered as header bytes plus file slices (no copy of record data).
 
-v4-v17. Fetch sessions (KIP-227, v7+): pybroker/api/fetch_session.py decides what is read and
-what is answered. Topic ids (v13+) are resolved through the metadata cache: an unknown one answers
+v4-v17; v0-3 are read the same way and answered with message sets converted from the records read
+(pybroker/api/fetch_legacy.py). Fetch sessions (KIP-227, v7+): pybroker/api/fetch_session.py decides
+what is read and what is answered. Topic ids (v13+) are resolved through the metadata cache: an unknown one answers
 UNKNOWN_TOPIC_ID (100); every read compares the id with the log's (the topic may be recreated while a
 fetch waits), and another id answers INCONSISTENT_TOPIC_ID (103). A full fetch naming a partition
 twice reads and answers it once, with the parameters of its last mention, as Kafka.
@@ -15,7 +16,7 @@ each partition's records field can be a file slice sent with sendfile.
 import struct
 
 from pybroker import core
-from pybroker.api import fetch_session
+from pybroker.api import fetch_legacy, fetch_session
 from pybroker.api.leader_hints import NO_LEADER, LeaderHints
 from pybroker.errors import BrokerError
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
@@ -26,8 +27,9 @@ from pybroker.replica.manager import DEBUGGING_CONSUMER_ID, FetchResult
 from pybroker.security import acl as A
 
 API_KEY = 1
-MIN_VERSION = 4
+MIN_VERSION = 0
 MAX_VERSION = 17
+FIRST_ISOLATION_VERSION = 4  # v0-3 (no isolation level, magic 0/1): pybroker/api/fetch_legacy.py
 FIRST_SESSION_VERSION, FIRST_DIVERGING_VERSION, FIRST_TOPIC_ID_VERSION = 7, 12, 13
 FIRST_REPLICA_STATE_VERSION, FIRST_CURRENT_LEADER_VERSION = 15, 16
 
@@ -47,7 +49,12 @@ async def handle(ctx, request):
     partitions = _partitions(request, names)
     if _has_duplicates(request.topics):
         request.topics, partitions = _deduplicated(partitions, names is not None)
-    if version < FIRST_SESSION_VERSION or (request.session_id == 0 and request.session_epoch == FINAL_EPOCH):
+    if version < FIRST_SESSION_VERSION:
+        if version < FIRST_ISOLATION_VERSION:  # v0-3: message sets of magic 0/1, converted from what is read
+            results, _ = await _read(ctx, request, partitions, replica_id, False)
+            return fetch_legacy.response(ctx, version, request.topics, partitions, results, replica_id)
+        context = fetch_session.Sessionless(request.topics, partitions)
+    elif request.session_id == 0 and request.session_epoch == FINAL_EPOCH:
         context = fetch_session.Sessionless(request.topics, partitions)  # the common case: no session
     else:
         forgotten = _forgotten(request, names is not None)

@@ -7,8 +7,9 @@ fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUES
 these configs dynamically"). APPEND/SUBTRACT apply only to list
 configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
 """
+from pybroker import config_catalog as catalog
 from pybroker.errors import BrokerError
-from pybroker.protocol.errors import INVALID_REQUEST
+from pybroker.protocol.errors import INVALID_CONFIG, INVALID_REQUEST
 from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 44
@@ -17,12 +18,20 @@ MAX_VERSION = 1
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LIST_CONFIGS = ("cleanup.policy",)  # topic configs of Kafka's LIST type that this broker knows
+# the TLS keys Kafka changes live only per listener (listener.name.<name>.<key>)
+LISTENER_ONLY = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+                 "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+                 "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates")
 
 Response = RESPONSES[API_KEY]
 
 
 class ConfigChangeError(BrokerError):
     code = INVALID_REQUEST
+
+
+class InvalidConfigError(BrokerError):
+    code = INVALID_CONFIG
 
 
 def duplicate_resources(resources) -> set:
@@ -40,10 +49,35 @@ async def alter_resource(ctx, resource_type, name, changes: dict, replace_all: b
     elif resource_type == BROKER:
         if name not in ("", str(ctx.node_id)):
             raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.node_id}")
+        check_broker_keys(name, changes)
         await ctx.services.backend.dynamic_configs.alter(name, changes, replace_all, validate_only)
     else:
         raise ConfigChangeError(f"altering configs of resource type {resource_type} is not supported "
                                 "(only topics and brokers)")
+
+
+def check_broker_keys(name: str, changes: dict) -> None:
+    """Kafka's checks of the broker keys set, in its order: read-only keys, TLS keys without a listener,
+    value types (INVALID_CONFIG), per-broker keys at the cluster default; with Kafka's messages, the keys
+    listed plainly (Kafka prints them as a Scala Set)."""
+    kinds = {k: catalog.broker_key(k) for k, v in changes.items() if v is not None}
+    static = sorted(k for k, kind in kinds.items() if kind is not None and kind.mode == catalog.READ_ONLY)
+    if static:
+        raise ConfigChangeError(f"Cannot update these configs dynamically: {', '.join(static)}")
+    unprefixed = sorted(k for k in kinds if k in LISTENER_ONLY)
+    if unprefixed:
+        raise ConfigChangeError("These security configs can be dynamically updated only per-listener using the "
+                                f"listener prefix: {', '.join(unprefixed)}")
+    for key, kind in kinds.items():
+        if kind is not None:
+            try:
+                catalog.check_value(key, kind.type, changes[key])
+            except ValueError as exc:
+                raise InvalidConfigError(str(exc)) from None
+    per_broker = sorted(k for k, kind in kinds.items() if kind is not None and kind.mode == catalog.PER_BROKER)
+    if not name and per_broker:
+        raise ConfigChangeError("Cannot update these configs at default cluster level, broker id must be "
+                                f"specified: {', '.join(per_broker)}")
 
 
 def _current_list(ctx, name: str, key: str) -> list:

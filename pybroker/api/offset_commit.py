@@ -3,6 +3,10 @@
 v9+ (KIP-848) answers GROUP_ID_NOT_FOUND where older versions answer ILLEGAL_GENERATION: a member
 commit (generation >= 0) for a group that does not exist.
 A member of a consumer group (KIP-848) must commit with v9+: older versions get UNSUPPORTED_VERSION.
+v0 (no generation: a simple commit) and v1 (a per-partition commit timestamp, not used: the broker's
+retention decides) commit to the group coordinator like the others. Kafka 3.8 writes v0 commits to
+ZooKeeper without looking at the group; here a v0 commit into a group with members is refused as
+any simple commit is (UNKNOWN_MEMBER_ID), and v0 and v1+ share one set of offsets.
 """
 from pybroker.coordinator.coordinator import CommitEntry
 from pybroker.coordinator.group import now_ms
@@ -12,7 +16,7 @@ from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 8
-MIN_VERSION = 2
+MIN_VERSION = 0
 MAX_VERSION = 9
 FIRST_GROUP_ID_NOT_FOUND_VERSION = 9
 DEFAULT_RETENTION = -1  # v2-4 retention_time_ms: -1 = the broker's offsets.retention.minutes

@@ -4,7 +4,8 @@ v7+ ``require_stable``: a partition whose commit is under way (a transaction not
 commit not replicated yet) answers UNSTABLE_OFFSET_COMMIT instead of its last committed offset.
 v8+ asks for several groups at once, each answered with its own error; v9+ member id and epoch
 are those of KIP-848 consumer groups (checked there: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID);
-classic groups ignore them, as Kafka does.
+classic groups ignore them, as Kafka does. v0 reads the coordinator's offsets, like v1 (Kafka 3.8
+reads v0's from ZooKeeper, where its v0 commits went: here v0 commits go to the coordinator too).
 """
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 9
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 9
 FIRST_ALL_TOPICS_VERSION = 2
 FIRST_REQUIRE_STABLE_VERSION = 7

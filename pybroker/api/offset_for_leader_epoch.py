@@ -7,7 +7,7 @@ from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
 API_KEY = 23
-MIN_VERSION = 2
+MIN_VERSION = 0  # v0 answers no epoch, v0-1 take no current leader epoch
 MAX_VERSION = 4
 
 Response = RESPONSES[API_KEY]

@@ -9,14 +9,17 @@ in its first log dir, written atomically (``LocalDynamicBrokerConfigs``).
 The keys that may change live: Kafka's replication throttle rates, ``num.replica.fetchers``, the
 log cleaner's threads, dedupe buffer, backoff and I/O rate, and the ``log.*`` topic defaults
 that exist here (``LOG_KEYS``: retention, segment size and roll time, flush intervals,
-message.max.bytes, ...), applied to open logs whose topics do not override them. Any other key is
-static: INVALID_REQUEST "Cannot update these configs dynamically: ..."; a bad value is INVALID_CONFIG.
+message.max.bytes, ...), applied to open logs whose topics do not override them. A key Kafka keeps
+read-only is refused: INVALID_REQUEST "Cannot update these configs dynamically: ..."; a bad value is
+INVALID_CONFIG. Every other key, Kafka's dynamic keys that mean nothing here and custom keys alike, is
+stored and described as Kafka does, and changes nothing.
 """
 import asyncio
 import json
 import logging
 import os
 
+from pybroker import config_catalog
 from pybroker.controller import zk as zkpaths
 from pybroker.errors import BrokerError
 from pybroker.log.config import BROKER_NAMES, LogConfig
@@ -54,11 +57,11 @@ class StaticBrokerConfigError(BrokerError):
 
 def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | None = None) -> None:
     """``changes``: {key: value or None}; ``merged_log``: the log keys as they would be afterwards."""
-    static = sorted(k for k in changes if k not in DYNAMIC and k not in LOG_KEYS)
+    static = sorted(k for k in changes if k not in DYNAMIC and k not in LOG_KEYS and _read_only(k))
     if static:
         raise StaticBrokerConfigError(f"Cannot update these configs dynamically: {', '.join(static)}")
     for key, value in changes.items():
-        if value is None or key in LOG_KEYS:
+        if value is None or key in LOG_KEYS or key not in DYNAMIC:
             continue
         least = 1 if key in AT_LEAST_ONE else 0
         kind = float if key in DECIMALS else int
@@ -73,6 +76,11 @@ def validate(changes: dict, merged_log: dict | None = None, base: LogConfig | No
             LogConfig.from_properties(merged_log, base=base)
         except (ValueError, TypeError) as exc:
             raise InvalidBrokerConfigError(f"Invalid config value: {exc}") from None
+
+
+def _read_only(key: str) -> bool:
+    known = config_catalog.broker_key(key)
+    return known is not None and known.mode == config_catalog.READ_ONLY
 
 
 class DynamicBrokerConfigs:
@@ -150,6 +158,9 @@ class DynamicBrokerConfigs:
                 out[key] = (default[key], DYNAMIC_DEFAULT_BROKER_CONFIG)
             else:
                 out[key] = (str(d), None)
+        for key in sorted((set(mine) | set(default)) - set(DYNAMIC) - LOG_KEYS):  # stored, without effect here
+            out[key] = (mine[key], DYNAMIC_BROKER_CONFIG) if key in mine \
+                else (default[key], DYNAMIC_DEFAULT_BROKER_CONFIG)
         return out
 
     async def alter(self, name: str, changes: dict, replace_all: bool, validate_only: bool) -> None:
@@ -161,8 +172,8 @@ class DynamicBrokerConfigs:
             if value is None:
                 current.pop(key, None)
             else:
-                current[key] = (str(value).strip() if key in LOG_KEYS
-                                else str((float if key in DECIMALS else int)(value)))
+                current[key] = (str((float if key in DECIMALS else int)(value)) if key in DYNAMIC
+                                else str(value).strip())
         others = [c for e, c in self.entities.items() if e != entity]
         merged = {k: v for c in others + [current] for k, v in c.items() if k in LOG_KEYS}
         validate({}, merged, self.static_log)

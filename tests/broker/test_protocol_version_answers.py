@@ -68,23 +68,20 @@ def values_of(records) -> list:
 
 
 def test_produce_every_version_then_fetch_every_version(w, topic_id):
-    """Produce v0-v2 (magic 0/1 message sets) are advertised for old librdkafka's sake but refused
-    with UNSUPPORTED_VERSION; from v3 every version appends."""
+    """Every record-batch version of Produce appends, every record-batch version of Fetch reads it back
+    (the message-set versions, Produce v0-2 and Fetch v0-3: tests/broker/test_api_versions_all.py)."""
     Produce, Fetch = REQUESTS[0], REQUESTS[1]
     produced = []
-    for version in versions(0):
+    for version in range(3, TABLE[0].MAX_VERSION + 1):
         value = b"produce-v%d" % version
         r = w.request(Produce(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
             Produce.TopicProduceData(name=TOPIC, partition_data=[
                 Produce.PartitionProduceData(index=0, records=batch(value))])]), version)
         p = r.responses[0].partition_responses[0]
-        if version < 3:
-            assert (p.index, p.error_code) == (0, UNSUPPORTED_VERSION), (version, p)
-            continue
         assert (r.responses[0].name, p.index, p.error_code, p.base_offset) == (TOPIC, 0, 0, len(produced)), \
             (version, p)
         produced.append(value)
-    for version in versions(1):
+    for version in range(4, TABLE[1].MAX_VERSION + 1):
         by_id = version >= 13
         r = w.request(Fetch(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
                             session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[
@@ -248,7 +245,8 @@ def test_offset_for_leader_epoch_every_version(w, topic_id):
         r = w.request(req(replica_id=-1, topics=[req.OffsetForLeaderTopic(topic=TOPIC, partitions=[
             req.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])]), version)
         p = r.topics[0].partitions[0]
-        assert (p.error_code, p.leader_epoch, p.end_offset) == (0, 0, end), (version, p)
+        epoch = 0 if version >= 1 else -1  # v0 answers no epoch
+        assert (p.error_code, p.leader_epoch, p.end_offset) == (0, epoch, end), (version, p)
 
 
 def test_delete_records_every_version(w):
