@@ -58,7 +58,7 @@ for v in "${versions[@]}"; do
     "$interpreter" -m venv "$work/venv"
     echo "=== python $v: $("$work/venv/bin/python" --version): pip install, pybroker serve"
     if fresh_install "$work/venv" "$work" && serve_smoke "$work/venv" "$work"; then
-        PATH="$work/venv/bin:$PATH" PYTHON="$work/venv/bin/python" bash ci/test.sh "${tests[@]}" || failed+=("$v")
+        PATH="$work/venv/bin:$PATH" PYTHON="$work/venv/bin/python" PYSPARK_PYTHON="$work/venv/bin/python" bash ci/test.sh "${tests[@]}" || failed+=("$v")
     else
         failed+=("$v")
     fi
