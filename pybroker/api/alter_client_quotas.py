@@ -1,10 +1,10 @@
 """AlterClientQuotas: set or remove producer_byte_rate / consumer_byte_rate / request_percentage
 of user and client-id entities (a null name is the default). Each entry is answered on its own:
-a bad entity is INVALID_REQUEST, a bad key or value INVALID_CONFIG; the valid ones are stored
+a bad entity, key or value is INVALID_REQUEST (as Kafka answers all three); the valid ones are stored
 durably together (pybroker/quota/store.py) and applied by every broker.
 """
 from pybroker.errors import BrokerError
-from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED
+from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_CONFIG, INVALID_REQUEST
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security.acl_checks import cluster_denied
 from pybroker.quota import entities as ent
@@ -42,8 +42,8 @@ async def handle(ctx, request):
                 else:
                     ops.append((op.key, ent.check_value(op.key, op.value), False))
             valid.append((entity, ops))
-        except BrokerError as exc:
-            error, message = exc.code, str(exc)
+        except BrokerError as exc:  # Kafka refuses a bad quota key or value as an invalid request
+            error, message = INVALID_REQUEST if exc.code == INVALID_CONFIG else exc.code, str(exc)
         results.append(Response.EntryData(
             error_code=error, error_message=message,
             entity=[Response.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)

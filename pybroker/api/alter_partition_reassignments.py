@@ -7,7 +7,8 @@ UNKNOWN_TOPIC_OR_PARTITION (3), INVALID_REPLICA_ASSIGNMENT (39) for an empty lis
 dead brokers, NO_REASSIGNMENT_IN_PROGRESS (85) when cancelling nothing, INVALID_REQUEST (42) for
 a partition named twice in one request.
 """
-from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, NOT_CONTROLLER
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, NO_REASSIGNMENT_IN_PROGRESS,
+                                      NOT_CONTROLLER)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security.acl_checks import cluster_denied
 
@@ -45,6 +46,7 @@ def _response(error: int, message, results: dict):
     topics: dict = {}
     for (topic, partition), (code, text) in sorted(results.items()):
         topics.setdefault(topic, []).append(Response.ReassignablePartitionResponse(
-            partition_index=partition, error_code=code, error_message=text))
+            partition_index=partition, error_code=code,
+            error_message=None if code == NO_REASSIGNMENT_IN_PROGRESS else text))  # Kafka says nothing more
     return Response(throttle_time_ms=0, error_code=error, error_message=message, responses=[
         Response.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in topics.items()])

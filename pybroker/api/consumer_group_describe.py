@@ -35,19 +35,18 @@ def handle(ctx, request):
 
 
 def _describe(coordinator, group_id: str, ops: int):
+    """One group's entry; a member without a regex subscription answers "" for it, as Kafka 3.8 does."""
     error = coordinator.check_available(group_id)
     if error:
         return _error(group_id, error, None)
     group = coordinator.consumer.groups.get(group_id)
-    if group is None:
-        message = (f"Group {group_id} is not a consumer group." if group_id in coordinator.groups
-                   else f"Group {group_id} not found.")
-        return _error(group_id, GROUP_ID_NOT_FOUND, message)
+    if group is None:  # unknown, or a classic group: Kafka 3.8 says which in its log only, not the answer
+        return _error(group_id, GROUP_ID_NOT_FOUND, None)
     names = coordinator.consumer.topic_names()
     members = [Response.Member(
         member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
         client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_names),
-        subscribed_topic_regex=m.subscribed_regex, assignment=_assignment(m.assigned, names),
+        subscribed_topic_regex=m.subscribed_regex or "", assignment=_assignment(m.assigned, names),
         target_assignment=_assignment(group.target.get(m.member_id, {}), names))
         for m in group.members.values()]
     return Response.DescribedGroup(

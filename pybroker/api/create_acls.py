@@ -1,6 +1,7 @@
 """CreateAcls: add ACL bindings (ALTER on the cluster); each creation succeeds or fails on its own."""
 import logging
 
+from pybroker.api.kafka_wording import no_authorizer_wording
 from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 async def handle(ctx, request):
     refused = cluster_refusal(ctx, A.ALTER)
     if refused is not None:
-        return _all(request, *refused)
+        return _all(request, *no_authorizer_wording(refused, "No Authorizer is configured."))
     valid, errors = parse_each(request.creations, lambda c: binding_from(c, ctx.version))
     if valid:
         try:

@@ -1,6 +1,7 @@
 """DeleteAcls: remove every ACL each filter matches (ALTER on the cluster) and list what went."""
 import logging
 
+from pybroker.api.kafka_wording import no_authorizer_wording
 from pybroker.protocol.errors import UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 async def handle(ctx, request):
     refused = cluster_refusal(ctx, A.ALTER)
     if refused is not None:
-        return _all(request, *refused)
+        return _all(request, *no_authorizer_wording(refused, "No Authorizer is configured."))
     filters, errors = parse_each(request.filters, lambda f: filter_from(f, ctx.version))
     removed = iter([])
     if filters:

@@ -1,4 +1,5 @@
 """DescribeAcls: the ACLs a filter matches, grouped by resource pattern (DESCRIBE on the cluster)."""
+from pybroker.api.kafka_wording import no_authorizer_wording
 from pybroker.protocol.errors import INVALID_REQUEST
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -14,7 +15,7 @@ Response = RESPONSES[API_KEY]
 def handle(ctx, request):
     refused = cluster_refusal(ctx, A.DESCRIBE)
     if refused is not None:
-        return _error(*refused)
+        return _error(*no_authorizer_wording(refused, "No Authorizer is configured on the broker"))
     try:
         filt = filter_from(request, ctx.version)
     except A.AclError as exc:

@@ -35,7 +35,8 @@ def _describe(coordinator, name, ops):
     error = coordinator.check_available(name)
     group = None if error else coordinator.describe(name)
     if group is None:
-        return Response.DescribedGroup(error_code=error, group_id=name, group_state="Dead", protocol_type="",
+        return Response.DescribedGroup(error_code=error, group_id=name, group_state="" if error else "Dead",
+                                       protocol_type="",
                                        protocol_data="", members=[], authorized_operations=ops)
     stable = group.state == STABLE  # as Kafka: metadata and assignments only once they are settled
     members = [Response.DescribedGroupMember(

@@ -1,6 +1,7 @@
-"""DescribeProducers (KIP-664): the active idempotent producers of partitions this broker leads,
+"""DescribeProducers (KIP-664): the active idempotent producers of partitions this broker hosts,
 from each partition's producer state. pybroker has no transactions, so coordinator epoch and
 current transaction start offset are always -1."""
+from pybroker.api.kafka_wording import default_message
 from pybroker.protocol.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -28,12 +29,16 @@ def handle(ctx, request):
 
 def _partition(services, topic: str, index: int):
     p = services.replicas.get(topic, index)
-    if p is None or not p.is_leader:
-        # as Kafka: a partition the cluster knows but this broker does not lead is NOT_LEADER
-        known = p is not None or services.metadata.partition(topic, index) is not None
-        code = NOT_LEADER_OR_FOLLOWER if known else UNKNOWN_TOPIC_OR_PARTITION
-        return Response.PartitionResponse(partition_index=index, error_code=code, error_message=_MESSAGES[code],
-                                          active_producers=[])
+    if p is None:
+        # as Kafka: any replica answers (a follower keeps producer state too); a partition the cluster knows
+        # but this broker does not host is NOT_LEADER_OR_FOLLOWER (no message), an unknown one is worded
+        if services.metadata.partition(topic, index) is not None:
+            return Response.PartitionResponse(partition_index=index, error_code=NOT_LEADER_OR_FOLLOWER,
+                                              error_message=None, active_producers=[])
+        known_topic = topic in services.metadata.topics  # Kafka words only an unknown topic's refusal
+        return Response.PartitionResponse(partition_index=index, error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                                          error_message=None if known_topic else
+                                          default_message(UNKNOWN_TOPIC_OR_PARTITION), active_producers=[])
     producers = [Response.ProducerState(
         producer_id=pid, producer_epoch=entry.epoch,
         last_sequence=entry.batches[-1][1] if entry.batches else -1, last_timestamp=entry.last_timestamp,
@@ -41,7 +46,3 @@ def _partition(services, topic: str, index: int):
         for pid, entry in sorted(p.producers.producers.items())]
     return Response.PartitionResponse(partition_index=index, error_code=0, error_message=None,
                                       active_producers=producers)
-
-
-_MESSAGES = {UNKNOWN_TOPIC_OR_PARTITION: "this topic or partition does not exist",
-             NOT_LEADER_OR_FOLLOWER: "this broker is not the leader of the partition"}

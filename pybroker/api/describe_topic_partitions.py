@@ -6,6 +6,7 @@ Kafka's ``max.request.partition.size.limit``, 2000) are answered, and ``next_cur
 the next page starts. An unknown named topic gets UNKNOWN_TOPIC_OR_PARTITION (3); a cursor on a
 topic that is not asked for, INVALID_REQUEST (42). pybroker has no eligible leader replicas
 (KIP-966's ELR), so those lists are empty (as Kafka sends them with ELR off; its client reads them).
+Each topic found carries the caller's authorized operations, as Kafka always sends them here.
 """
 import uuid
 
@@ -13,6 +14,7 @@ from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, TOP
                                       UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
+from pybroker.security.acl_checks import authorized_operations
 
 API_KEY = 75
 MIN_VERSION = 0
@@ -58,14 +60,14 @@ def handle(ctx, request):
             break
         page, rest = indexes[:left], indexes[left:]
         left -= len(page)
-        topics.append(_topic(name, meta, page))
+        topics.append(_topic(name, meta, page, authorized_operations(ctx, A.TOPIC, name)))
         if rest:
             next_cursor = Response.Cursor(topic_name=name, partition_index=rest[0])
             break
     return Response(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)
 
 
-def _topic(name: str, meta, indexes):
+def _topic(name: str, meta, indexes, operations: int):
     partitions = []
     for i in indexes:
         s = meta.partitions[i]
@@ -75,7 +77,7 @@ def _topic(name: str, meta, indexes):
             eligible_leader_replicas=[], last_known_elr=[], offline_replicas=list(s.offline)))
     return Response.DescribeTopicPartitionsResponseTopic(
         error_code=0, name=name, topic_id=meta.topic_id or NO_TOPIC_ID, is_internal=name.startswith("__"),
-        partitions=partitions, topic_authorized_operations=NO_OPERATIONS)
+        partitions=partitions, topic_authorized_operations=operations)
 
 
 def _unknown(name: str, error: int):

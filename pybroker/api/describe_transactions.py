@@ -37,6 +37,7 @@ def handle(ctx, request):
 
 
 def _state(tid: str, error: int):
+    # Kafka leaves an errored id's numbers at the schema defaults (0), not -1
     return Response.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
-                                     transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
-                                     producer_epoch=-1, topics=[])
+                                     transaction_timeout_ms=0, transaction_start_time_ms=0, producer_id=0,
+                                     producer_epoch=0, topics=[])

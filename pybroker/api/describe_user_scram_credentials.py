@@ -26,7 +26,7 @@ def handle(ctx, request):
     users = ctx.services.backend.credentials.users
     if not request.users:
         results = [_described(name, users[name]) for name in sorted(users)]
-        return Response(throttle_time_ms=0, error_code=0, error_message=None, results=results)
+        return Response(throttle_time_ms=0, error_code=0, error_message="", results=results)  # Kafka: ""
     names = [u.name for u in request.users]
     results = []
     for name in dict.fromkeys(names):
@@ -42,10 +42,10 @@ def handle(ctx, request):
                                   error_message=f"Attempt to describe a user credential that does not exist: {name}"))
         else:
             results.append(_described(name, users[name]))
-    return Response(throttle_time_ms=0, error_code=0, error_message=None, results=results)
+    return Response(throttle_time_ms=0, error_code=0, error_message="", results=results)
 
 
 def _described(name: str, creds) -> Result:
     infos = [Response.CredentialInfo(mechanism=MECHANISMS[m].type, iterations=creds[m].iterations)
              for m in MECHANISMS if m in creds]
-    return Result(user=name, error_code=0, error_message=None, credential_infos=infos)
+    return Result(user=name, error_code=0, error_message="", credential_infos=infos)

@@ -45,9 +45,10 @@ def _response(error: int, results: dict, version: int):
         Response.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in topics.items()])
 
 
-_MESSAGES = {UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition",
+# Kafka's wording where it has a fixed one (a ZooKeeper-mode controller's, for an unknown partition)
+_MESSAGES = {UNKNOWN_TOPIC_OR_PARTITION: "The partition does not exist.",
              NOT_CONTROLLER: "this broker is not the controller",
              INVALID_REQUEST: "election_type must be 0 (preferred) or 1 (unclean)",
              PREFERRED_LEADER_NOT_AVAILABLE: "the preferred replica is not live or not in sync",
              ELIGIBLE_LEADERS_NOT_AVAILABLE: "no live replica may become the leader",
-             ELECTION_NOT_NEEDED: "the leader is already the one this election would choose"}
+             ELECTION_NOT_NEEDED: "Leader election not needed for topic partition."}

@@ -6,6 +6,7 @@ v6) are not supported here: INVALID_REQUEST, as Kafka answers while they are dis
 """
 from dataclasses import dataclass
 
+from pybroker.api.kafka_wording import default_message
 from pybroker.errors import BrokerError
 from pybroker.protocol.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST,
                                       TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -41,14 +42,15 @@ async def handle(ctx, request):
     for key in request.coordinator_keys:
         found = await _find(ctx, key_type, key)
         coordinators.append(Response.Coordinator(key=key, node_id=found.node_id, host=found.host, port=found.port,
-                                                  error_code=found.error, error_message=found.message))
+                                                  error_code=found.error,
+                                                  error_message="" if found.error == 0 else found.message))
     return Response(throttle_time_ms=0, coordinators=coordinators)
 
 
 async def _find(ctx, key_type: int, key: str) -> Found:
     services = ctx.services
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        return Found(INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
+        return Found(INVALID_REQUEST, default_message(INVALID_REQUEST))  # as Kafka: its generic wording
     if services.authorizer is not None and not _authorized(ctx, services.authorizer, key_type, key):
         return Found(TRANSACTIONAL_ID_AUTHORIZATION_FAILED if key_type == TRANSACTION_KEY
                      else GROUP_AUTHORIZATION_FAILED)

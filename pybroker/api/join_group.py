@@ -14,6 +14,7 @@ API_KEY = 11
 MIN_VERSION = 0
 MAX_VERSION = 9
 FIRST_KNOWN_MEMBER_ID_VERSION = 4  # v4+: an empty member id first gets MEMBER_ID_REQUIRED and its id
+FIRST_NULLABLE_PROTOCOL_VERSION = 7
 FIRST_REASON_VERSION = 8
 FIRST_SKIP_ASSIGNMENT_VERSION = 9
 
@@ -26,7 +27,8 @@ def handle(ctx, request):
     authz = ctx.authorizer
     if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
         return Response(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, generation_id=-1,
-                        protocol_type=None, protocol_name="", leader="", member_id=request.member_id, members=[])
+                        protocol_type=None, protocol_name=_no_protocol(ctx.version), leader="",
+                        member_id=request.member_id, members=[])
     rebalance_timeout = request.rebalance_timeout_ms if ctx.version >= 1 else request.session_timeout_ms
     if ctx.version >= FIRST_REASON_VERSION and request.reason:
         log.info("group %s: member %r joins: %s", request.group_id, request.member_id, request.reason)
@@ -37,17 +39,23 @@ def handle(ctx, request):
         require_known_member_id=ctx.version >= FIRST_KNOWN_MEMBER_ID_VERSION,
         supports_skip_assignment=ctx.version >= FIRST_SKIP_ASSIGNMENT_VERSION)
     if isinstance(result, JoinResult):
-        return _response(result)
-    return _later(result)
+        return _response(result, ctx.version)
+    return _later(result, ctx.version)
 
 
-async def _later(future):
-    return _response(await future)
+async def _later(future, version: int):
+    return _response(await future, version)
 
 
-def _response(r: JoinResult):
+def _no_protocol(version: int):
+    """The protocol name of an answer without one: null where the field is nullable (v7+), else ""."""
+    return None if version >= FIRST_NULLABLE_PROTOCOL_VERSION else ""
+
+
+def _response(r: JoinResult, version: int):
     return Response(throttle_time_ms=0, error_code=r.error, generation_id=r.generation,
-                    protocol_type=r.protocol_type, protocol_name=r.protocol or "", leader=r.leader or "",
+                    protocol_type=r.protocol_type, protocol_name=r.protocol or _no_protocol(version),
+                    leader=r.leader or "",
                     member_id=r.member_id or "", skip_assignment=r.skip_assignment,
                     members=[Response.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
                              for m, i, md in r.members])

@@ -10,8 +10,9 @@ import uuid
 
 from pybroker.api.error_response import error_response
 from pybroker.errors import BrokerError
-from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
-                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION)
+from pybroker.protocol.errors import (INVALID_REQUEST, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE,
+                                      TOPIC_ALREADY_EXISTS, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID,
+                                      UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -61,7 +62,9 @@ async def handle(ctx, request):
             continue
         if name not in cache.topics:
             error = UNKNOWN_TOPIC_OR_PARTITION
-            if name in control.topics:
+            if not _legal(name):  # as Kafka: a name no topic can have says so, auto-creation or not
+                error = INVALID_TOPIC_EXCEPTION
+            elif name in control.topics:
                 error = LEADER_NOT_AVAILABLE  # created; its leaders are not known here yet
             elif allow_create:
                 try:
@@ -90,6 +93,15 @@ async def handle(ctx, request):
                                                            rack=b.rack))
     return Response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.cluster_id,
                     controller_id=cache.controller_id, topics=topics, cluster_authorized_operations=cluster_ops)
+
+
+def _legal(name: str) -> bool:
+    from pybroker.controller.metadata_store import validate_topic_name
+    try:
+        validate_topic_name(name)
+    except BrokerError:
+        return False
+    return True
 
 
 def _authorized(ctx, authz, cache, name: str, allow_create: bool) -> bool:

@@ -13,27 +13,35 @@ NOT_LEADER_OR_FOLLOWER with the partition's current leader and the endpoints of 
 (KIP-951, pybroker/api/leader_hints.py); v11+ producers are told TRANSACTION_ABORTABLE where older
 ones get INVALID_TXN_STATE (KIP-890). As Kafka, a partition this broker does not host but the
 cluster has is NOT_LEADER_OR_FOLLOWER, an unknown one UNKNOWN_TOPIC_OR_PARTITION.
+
+A batch refused for some of its records (KIP-467: keyless on a compacted topic, a timestamp out of
+bounds) names them in v8+ ``record_errors`` with Kafka's batch-level ``error_message``; as Kafka,
+other refusals carry no message, and those of the log (but the ones Kafka knows by name: corrupt,
+too large, not hosted, storage) tell the partition's log start offset.
 """
 import asyncio
 import struct
 
+from pybroker import legacy_records
 from pybroker.api.leader_hints import LeaderHints
 from pybroker.api.produce_response import ProduceResponse
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
+from pybroker.errors import CorruptRecordError
 from pybroker.protocol.errors import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
                                       CORRUPT_MESSAGE, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING,
                                       INVALID_RECORD, INVALID_REQUEST, INVALID_REQUIRED_ACKS, INVALID_TXN_STATE,
-                                      KAFKA_STORAGE_ERROR, NETWORK_EXCEPTION, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS,
-                                      NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, PRODUCER_FENCED,
-                                      REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
+                                      KAFKA_STORAGE_ERROR, MESSAGE_TOO_LARGE, NETWORK_EXCEPTION, NOT_COORDINATOR,
+                                      NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
+                                      PRODUCER_FENCED, RECORD_LIST_TOO_LARGE, REQUEST_TIMED_OUT,
+                                      TOPIC_AUTHORIZATION_FAILED,
                                       TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTION_ABORTABLE,
-                                      UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE, UNSUPPORTED_VERSION)
+                                      UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.partition import NO_TRANSACTIONAL_ID
 from pybroker.security import acl as A
 
 API_KEY = 0
-MIN_VERSION = 0  # older librdkafka needs the range to start at 0; v0-2 (magic 0/1) are refused
+MIN_VERSION = 0  # v0-2 carry magic 0/1 message sets, stored up-converted to one v2 batch (as Kafka 3.x)
 MAX_VERSION = 11
 FIRST_RECORD_BATCH_VERSION = 3
 FIRST_FLEXIBLE_VERSION = 9  # request header v2, compact fields, tagged fields
@@ -60,6 +68,9 @@ Response = RESPONSES[API_KEY]
 # shared by every partition answer: the encoder only reads them, and no allocation per partition
 _NO_RECORD_ERRORS = ()
 _NO_LEADER = Response.LeaderIdAndEpoch()
+# refusals of an append that Kafka answers without the log start offset (ReplicaManager's known exceptions)
+_NO_LOG_START = frozenset({UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+                           CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
 
 
 class AcksZeroProduceFailed(Exception):
@@ -70,9 +81,7 @@ def handle(ctx, request):
     topics = _topics(request)
     acks = request.acks
     error = 0
-    if ctx.version < FIRST_RECORD_BATCH_VERSION:
-        error = UNSUPPORTED_VERSION
-    elif acks not in (0, 1, -1):
+    if acks not in (0, 1, -1):
         error = INVALID_REQUIRED_ACKS
     outcomes = {}
     appended = {}
@@ -83,15 +92,16 @@ def handle(ctx, request):
         topics_to_append = topics
     if not error:
         entries = {}
+        check = _check_records if ctx.version >= FIRST_RECORD_BATCH_VERSION else _check_message_set
         for topic in topics_to_append:
             for part in topic.partitions:
                 key = (topic.name, part.index)
-                refusal, records = _check_records(ctx.version, part.records)
+                refusal, records = check(ctx.version, part.records)
                 if key in entries or key in outcomes:
                     outcomes[key] = (INVALID_REQUEST, None, "partition repeated in the request")
                     entries.pop(key, None)
                 elif refusal is not None:
-                    outcomes[key] = refusal
+                    outcomes[key] = (refusal[0], None, None, *refusal[3:])  # as Kafka: the reason is not answered
                 else:
                     entries[key] = records
         if request.transactional_id is not None:
@@ -214,10 +224,18 @@ def _response(ctx, topics, outcomes, error):
             code, result, message, *named = outcomes.get((topic.name, part.index), (error, None, None))
             leader = _NO_LEADER
             record_errors = _NO_RECORD_ERRORS
+            log_start_offset = result.log_start_offset if result else -1
             if code:  # failures only: successes pay nothing here
-                if named and named[0]:  # KIP-467: the records that made the batch refused
-                    record_errors = [Response.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                                     for i, m in named[0]]
+                if named:  # the log refused the batch: as Kafka, most refusals tell its log start offset
+                    if named[0]:  # KIP-467: the records that made the batch refused
+                        record_errors = [Response.BatchIndexAndErrorMessage(batch_index=i,
+                                                                            batch_index_error_message=m)
+                                         for i, m in named[0]]
+                    else:  # as Kafka: only a refusal naming its records says why
+                        message = None
+                    if code not in _NO_LOG_START:
+                        replica = ctx.services.replicas.get(topic.name, part.index)
+                        log_start_offset = replica.log_start_offset if replica is not None else -1
                 if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.services.metadata.partition(topic.name, part.index):
                     code = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker hosts no replica
                 if code == NOT_LEADER_OR_FOLLOWER and ctx.version >= FIRST_LEADER_HINT_VERSION:
@@ -228,7 +246,7 @@ def _response(ctx, topics, outcomes, error):
                 index=part.index, error_code=code,
                 base_offset=result.base_offset if result else -1,
                 log_append_time_ms=result.log_append_time if result else -1,
-                log_start_offset=result.log_start_offset if result else -1,
+                log_start_offset=log_start_offset,
                 record_errors=record_errors, error_message=message if code else None,
                 current_leader=leader))
         responses.append(Response.TopicProduceResponse(name=topic.name, partition_responses=parts))
@@ -238,11 +256,23 @@ def _response(ctx, topics, outcomes, error):
 
 
 def _topics(request) -> list:
-    """v3+ arrive from the native decoder; v0-2 (refused) from the generated codec."""
+    """v3+ arrive from the native decoder; v0-2 (message sets) from the generated codec."""
     if isinstance(request, ProduceData):
         return request.topics
     return [TopicData(t.name, [PartitionData(p.index, p.records) for p in t.partition_data])
             for t in request.topic_data]
+
+
+def _check_message_set(version: int, records):
+    """Produce v0-2: the message set (magic 0/1) as the one v2 batch the log takes, or Kafka's refusal."""
+    if records is None:
+        return (INVALID_RECORD, None, "null records"), None
+    if len(records) >= MAGIC_END and records[MAGIC_END - 1] == 2:  # a v2 batch sent in an old request: as Kafka, taken
+        return _check_records(version, records)
+    try:
+        return None, legacy_records.upconvert(records)
+    except CorruptRecordError as exc:
+        return (CORRUPT_MESSAGE, None, str(exc)), None
 
 
 def _check_records(version: int, records):
@@ -269,7 +299,8 @@ def _check_records(version: int, records):
     if refusal is not None:
         return refusal, None
     if _HEAD.unpack_from(records, 0)[0] != 0:
-        return (INVALID_RECORD, None, "a produced batch must have base offset 0"), None
+        # the log's rule in Kafka (UnifiedLog), so answered as the log's refusals are (the log start offset)
+        return (INVALID_RECORD, None, "a produced batch must have base offset 0", _NO_RECORD_ERRORS), None
     return None, records[:size] if size < len(records) else records
 
 

@@ -368,9 +368,9 @@ class ConsumerGroupCoordinator:
         if req.member_epoch == STATIC_LEAVE_EPOCH:  # a static member steps out; its partitions wait for it
             if member.member_epoch != STATIC_LEAVE_EPOCH:
                 member.previous_epoch, member.member_epoch = member.member_epoch, STATIC_LEAVE_EPOCH
-            return HeartbeatResult(NONE, None, member.member_id, STATIC_LEAVE_EPOCH, self.heartbeat_interval_ms)
+            return HeartbeatResult(NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0)  # gone: no interval
         self.remove_member(group, member, "left the group")
-        return HeartbeatResult(NONE, None, member.member_id, LEAVE_EPOCH, self.heartbeat_interval_ms)
+        return HeartbeatResult(NONE, None, member.member_id, LEAVE_EPOCH, 0)
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
         """Fence or drop a member: its partitions are free at once and the group moves to a new epoch."""

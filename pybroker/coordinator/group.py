@@ -157,6 +157,8 @@ class Group:
     def supports(self, protocol_type: str, protocols, member_id: str | None = None) -> bool:
         if not protocol_type or not protocols:
             return False
+        if self.members and protocol_type != self.protocol_type:  # as Kafka: its own member may not change it
+            return False
         candidates = self.candidate_protocols(excluding=member_id)
         if candidates is None:
             return True

@@ -18,12 +18,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from pybroker import core
-from pybroker.errors import BrokerError, OffsetOutOfRangeError
+from pybroker.errors import BrokerError, CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER,
                                       OFFSET_NOT_AVAILABLE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       UNKNOWN_LEADER_EPOCH)
-from pybroker.records import (CONTROL, TRANSACTIONAL, build_control_batch, decode_control_record, decode_records,
-                              recompressed)
+from pybroker.records import (CONTROL, TIMESTAMP_LOG_APPEND, TRANSACTIONAL, build_control_batch,
+                              decode_control_record, decode_records, recompressed)
 from pybroker.replica.producer_state import ProducerStateManager
 from pybroker.replica.record_validation import check_records
 
@@ -204,10 +204,12 @@ class Partition:
                 batches = self.log.validate(records)
         bounds = config.timestamp_bounds
         # the native key scan finds a keyless record fast; only a batch with one (or bounded timestamps) is decoded
-        keyless = config.compact and any(core.offset_map.keyless_offset(view) >= 0 for view, _ in batches)
+        keyless = config.compact and self._has_keyless(batches)
         if keyless or bounds is not None:
-            check_records(batches, self.topic, self.index, keyless, bounds, int(time.time() * 1000))
-        for _, info in batches:  # duplicates are answered with their first append's offsets
+            self._check_records(batches, keyless, bounds)
+        for view, info in batches:  # duplicates are answered with their first append's offsets
+            if info.attributes & TIMESTAMP_LOG_APPEND:  # a producer's stamp: Kafka refuses it record by record
+                self._check_records(((view, info),), keyless, bounds)
             if info.producer_id >= 0:
                 if verification is not NO_VERIFICATION:
                     if verification is not NO_TRANSACTIONAL_ID:
@@ -230,6 +232,19 @@ class Partition:
         self.maybe_increment_high_watermark()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
                              flushed=result.flushed, last_offset=result.last_offset)
+
+    @staticmethod
+    def _has_keyless(batches) -> bool:
+        try:
+            return any(core.offset_map.keyless_offset(view) >= 0 for view, _ in batches)
+        except CorruptRecordError as exc:  # records that do not parse: Kafka's record iterator says INVALID_RECORD
+            raise InvalidRecordError(exc.reason, exc.offset, exc.position) from None
+
+    def _check_records(self, batches, keys_required: bool, bounds) -> None:
+        """Refuse the batch naming each bad record (KIP-467): keyless on a compacted topic, a timestamp
+        out of bounds or stamped LogAppendTime by the producer."""
+        check_records(batches, self.topic, self.index, keys_required, bounds,
+                      self.log.config.message_timestamp_type == "CreateTime", int(time.time() * 1000))
 
     def start_verification(self, producer_id: int):
         """KIP-890: a guard when the producer has no open transaction here (the coordinator must be

@@ -232,6 +232,8 @@ def test_offset_commit_v0_v1_and_offset_fetch_v0(broker):
     commit, fetch = REQUESTS[8], REQUESTS[9]
     with WireClient(broker.port) as w:
         w.create_topic(topic, partitions=2)
+        find = REQUESTS[10]  # as a client does first: it creates __consumer_offsets, whose leader then coordinates
+        wait_until(lambda: w.request(find(key=group, key_type=0), 1).error_code == 0)
         for version, (partition, offset) in ((0, (0, 11)), (1, (1, 22))):
             request = commit(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
                 commit.OffsetCommitRequestTopic(name=topic, partitions=[commit.OffsetCommitRequestPartition(

@@ -169,7 +169,7 @@ def test_records_without_a_key_are_refused_and_nothing_is_appended(broker_factor
         bad = bytes(build_batch([Record(b"v", b"k2"), Record(b"no key", None)]))
         r = c.produce("keyed", 0, bad)
         assert r.error_code == 87  # INVALID_RECORD, naming the keyless record (KIP-467)
-        keyless = "Compacted topic cannot accept message without key in topic partition keyed-0."
+        keyless = "Compacted topic cannot accept message without key in topic partition keyed-0"
         assert r.error_message == ("One or more records have been rejected due to 1 record errors in total, and "
                                    "only showing the first three errors at most: "
                                    f"[RecordError(batchIndex=1, message='{keyless}')]")
