@@ -310,6 +310,14 @@ def _alter_replica_log_dirs(cls, version, request, code, message):
         for d in request.dirs for t in d.topics])
 
 
+def _create_delegation_token(cls, version, request, code, message):
+    """As Kafka's: the anonymous principal as owner and requester, no timestamps, no token."""
+    return cls(error_code=code, principal_type="User", principal_name="ANONYMOUS",
+               token_requester_principal_type="User", token_requester_principal_name="ANONYMOUS",
+               issue_timestamp_ms=-1, expiry_timestamp_ms=-1, max_timestamp_ms=-1, token_id="", hmac=b"",
+               throttle_time_ms=0)
+
+
 _BUILDERS = {
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 4: _leader_and_isr, 5: _stop_replica,
     8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator, 11: _join_group, 15: _describe_groups,
@@ -317,6 +325,7 @@ _BUILDERS = {
     22: _init_producer_id, 23: _offset_for_leader_epoch, 24: _add_partitions_to_txn, 27: _write_txn_markers,
     28: _txn_offset_commit, 30: _create_acls, 31: _delete_acls,
     32: _describe_configs, 33: _alter_configs, 34: _alter_replica_log_dirs, 37: _create_partitions,
+    38: _create_delegation_token,
     42: _delete_groups, 43: _elect_leaders,
     44: _alter_configs, 45: _alter_partition_reassignments, 46: _list_partition_reassignments, 47: _offset_delete,
     48: _describe_client_quotas, 49: _alter_client_quotas, 50: _describe_user_scram_credentials,

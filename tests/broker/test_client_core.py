@@ -80,7 +80,7 @@ def test_handshake_negotiates_versions(broker):
             assert conn.version(METADATA, 1, 12) == min(12, hi)
             assert conn.version(METADATA, 0, 2) == 2
             with pytest.raises(KafkaError) as info:
-                conn.version(38, 0, 3)  # CreateDelegationToken: the broker does not offer it
+                conn.version(52, 0, 1)  # Vote (KRaft controllers only): the broker does not offer it
             assert info.value.name == "UNSUPPORTED_VERSION" and not info.value.retriable
             with pytest.raises(KafkaError) as info:
                 conn.version(METADATA, hi + 1, hi + 3)  # only versions newer than the broker's
