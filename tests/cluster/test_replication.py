@@ -86,7 +86,8 @@ def test_controller_kill_moves_the_controller_and_loses_nothing(cluster):
         old, epoch = cluster.controller_id(), cluster.controller_epoch()
         cluster.kill(old)
         new = cluster.wait_for(lambda: (c := cluster.controller_id()) not in (None, old) and c, 30, "a new controller")
-        assert cluster.controller_epoch() == epoch + 1
+        # the new controller writes /controller, then bumps /controller_epoch: wait for both
+        cluster.wait_for(lambda: cluster.controller_epoch() == epoch + 1, 30, "the controller epoch to move once")
         producer.wait_acked(200)
         cluster.restart(old)
         wait_full_isr(cluster, topic)
