@@ -221,11 +221,20 @@ def _response(ctx, topics, outcomes, error):
     for topic in topics:
         parts = []
         for part in topic.partitions:
-            code, result, message, *named = outcomes.get((topic.name, part.index), (error, None, None))
+            outcome = outcomes.get((topic.name, part.index)) or (error, None, None)
+            code, result = outcome[0], outcome[1]
+            if not code:  # the common answer, built with nothing else looked at
+                parts.append(Response.PartitionProduceResponse(
+                    index=part.index, error_code=0, base_offset=result.base_offset if result else -1,
+                    log_append_time_ms=result.log_append_time if result else -1,
+                    log_start_offset=result.log_start_offset if result else -1,
+                    record_errors=_NO_RECORD_ERRORS, error_message=None, current_leader=_NO_LEADER))
+                continue
+            message, named = outcome[2], outcome[3:]
             leader = _NO_LEADER
             record_errors = _NO_RECORD_ERRORS
             log_start_offset = result.log_start_offset if result else -1
-            if code:  # failures only: successes pay nothing here
+            if code:  # failures only
                 if named:  # the log refused the batch: as Kafka, most refusals tell its log start offset
                     if named[0]:  # KIP-467: the records that made the batch refused
                         record_errors = [Response.BatchIndexAndErrorMessage(batch_index=i,
