@@ -220,31 +220,27 @@ def check_data(cluster, topic: str, partitions: int, producer: LoggedProducer, c
 
 
 class EndOffsetWatcher:
-    """Asks the partition's end offset (ListOffsets latest, as a consumer's lag check does) over and
-    over from its own thread; keeps every answer in order, and how many asks failed."""
+    """Calls ``ask() -> end offset`` over and over from its own thread, as a consumer's lag check does;
+    keeps every answer in order, and the failures of ``retried`` types (a leader moving, or
+    OFFSET_NOT_AVAILABLE: asked again)."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int = 0):
-        from confluent_kafka import Consumer, TopicPartition
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{topic}",
-                                  "topic.metadata.refresh.interval.ms": 500})
-        self.tp = TopicPartition(topic, partition)
+    def __init__(self, name: str, ask, retried=(Exception,), on_stop=None):
+        self.name, self.ask, self.retried, self.on_stop = name, ask, retried, on_stop
         self.seen: list[int] = []
-        self.failed = 0
+        self.failures: list[str] = []
         self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> "EndOffsetWatcher":
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        from confluent_kafka import KafkaException
         while not self._halt.is_set():
             try:
-                _, high = self.consumer.get_watermark_offsets(self.tp, timeout=2, cached=False)
-                self.seen.append(high)
-            except KafkaException:
-                self.failed += 1  # a leader moving (or OFFSET_NOT_AVAILABLE): asked again
+                self.seen.append(self.ask())
+            except self.retried as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
             self._halt.wait(0.02)
 
     def wait_answers(self, count: int, timeout: float = 60) -> None:
@@ -252,7 +248,7 @@ class EndOffsetWatcher:
         target = len(self.seen) + count
         deadline = time.monotonic() + timeout
         while len(self.seen) < target:
-            assert time.monotonic() < deadline, f"no end offset answered for {timeout} s ({self.failed} failed)"
+            assert time.monotonic() < deadline, f"{self.name}: no end offset for {timeout} s: {self.failures[-3:]}"
             time.sleep(0.05)
 
     def went_back(self) -> list[tuple[int, int]]:
@@ -260,6 +256,19 @@ class EndOffsetWatcher:
         return [(a, b) for a, b in zip(self.seen, self.seen[1:]) if b < a]
 
     def stop(self) -> None:
+        if self._halt.is_set():
+            return
         self._halt.set()
         self._thread.join(30)
-        self.consumer.close()
+        if self.on_stop is not None:
+            self.on_stop()
+
+
+def librdkafka_end_offset_watcher(bootstrap: str, topic: str, partition: int = 0) -> EndOffsetWatcher:
+    """librdkafka's watermark query (ListOffsets latest), uncached, as the watcher's question."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{topic}",
+                        "topic.metadata.refresh.interval.ms": 500})
+    tp = TopicPartition(topic, partition)
+    return EndOffsetWatcher("librdkafka", lambda: consumer.get_watermark_offsets(tp, timeout=2, cached=False)[1],
+                            (KafkaException,), consumer.close)

@@ -5,7 +5,7 @@ OFFSET_NOT_AVAILABLE, which the client retries. (The rule in-process: tests/unit
 across a network cut: tests/cluster/test_replication_netns.py.)"""
 from tests.cluster import Cluster, require_zookeeper
 from tests.cluster.test_replication import create_topic, wait_full_isr, wait_new_leader
-from tests.replication_checks import EndOffsetWatcher, LoggedProducer, check_data
+from tests.replication_checks import librdkafka_end_offset_watcher, LoggedProducer, check_data
 
 OVERRIDES = {"min.insync.replicas": 2, "default.replication.factor": 3, "offsets.topic.num.partitions": 3,
              "replica.lag.time.max.ms": 3000, "zookeeper.session.timeout.ms": 6000}
@@ -16,7 +16,7 @@ def test_end_offsets_never_go_back_through_leader_changes(tmp_path, zookeeper):
     with Cluster(tmp_path, 3, zk=zookeeper, overrides=OVERRIDES) as cluster:
         topic = create_topic(cluster, "ends", partitions=1)
         producer = LoggedProducer(cluster.bootstrap, topic).start()
-        watcher = EndOffsetWatcher(cluster.bootstrap, topic).start()
+        watcher = librdkafka_end_offset_watcher(cluster.bootstrap, topic).start()
         try:
             producer.wait_acked(100, timeout=120)
             wait_full_isr(cluster, topic, 1)

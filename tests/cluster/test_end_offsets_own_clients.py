@@ -4,58 +4,18 @@ over and over from its own thread while the partition's leader is killed (-9) an
 (SIGTERM), never see the end offset go back; each is answered again after each election (a new leader
 that still lags answers OFFSET_NOT_AVAILABLE, which they retry); every acknowledged record is there.
 (librdkafka's watermark query through the same faults: tests/cluster/test_end_offsets_failover.py.)"""
-import threading
-import time
-
 from pybroker.client import AdminClient, Consumer, KafkaError, LATEST, TopicPartition
 from pybroker.protocol import REQUESTS
 from tests.cluster import Cluster, require_zookeeper
 from tests.cluster.test_replication import create_topic, wait_full_isr, wait_new_leader
 from tests.kafka_wire import ConnectionClosed, WireClient
-from tests.replication_checks import LoggedProducer, check_data
+from tests.replication_checks import EndOffsetWatcher, LoggedProducer, check_data
 
 OVERRIDES = {"min.insync.replicas": 2, "default.replication.factor": 3, "offsets.topic.num.partitions": 3,
              "replica.lag.time.max.ms": 3000, "zookeeper.session.timeout.ms": 6000}
 REQUEST = REQUESTS[2]
 NOT_LEADER_OR_FOLLOWER = 6
 CLIENT = {"default.api.timeout.ms": 5000, "request.timeout.ms": 2000, "metadata.max.age.ms": 500}
-
-
-class Watcher:
-    """Calls ``ask() -> end offset`` in a loop from its own thread; keeps the answers in order."""
-
-    def __init__(self, name: str, ask):
-        self.name, self.ask = name, ask
-        self.seen: list[int] = []
-        self.failures: list[str] = []
-        self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> "Watcher":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._halt.is_set():
-            try:
-                self.seen.append(self.ask())
-            except KafkaError as exc:  # a call that ran out of time during an election: asked again
-                self.failures.append(f"{exc.name}: {exc}")
-            self._halt.wait(0.02)
-
-    def wait_answers(self, count: int, timeout: float = 60) -> None:
-        target = len(self.seen) + count
-        deadline = time.monotonic() + timeout
-        while len(self.seen) < target:
-            assert time.monotonic() < deadline, f"{self.name}: no end offset for {timeout} s: {self.failures[-3:]}"
-            time.sleep(0.05)
-
-    def went_back(self) -> list[tuple[int, int]]:
-        return [(a, b) for a, b in zip(self.seen, self.seen[1:]) if b < a]
-
-    def stop(self) -> None:
-        self._halt.set()
-        self._thread.join(30)
 
 
 class EveryBroker:
@@ -102,9 +62,10 @@ def test_our_clients_never_see_the_end_offset_go_back(tmp_path, zookeeper):
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "own-ends", **CLIENT})
         producer = LoggedProducer(cluster.bootstrap, topic).start()
         every = EveryBroker(cluster, topic)
-        watchers = [Watcher("admin", lambda: admin.list_offsets({tp: LATEST})[tp].offset).start(),
-                    Watcher("consumer", lambda: consumer.end_offsets([tp])[tp]).start(),
-                    Watcher("wire", every).start()]
+        watchers = [EndOffsetWatcher("admin", lambda: admin.list_offsets({tp: LATEST})[tp].offset,
+                                     (KafkaError,)).start(),
+                    EndOffsetWatcher("consumer", lambda: consumer.end_offsets([tp])[tp], (KafkaError,)).start(),
+                    EndOffsetWatcher("wire", every, (KafkaError,)).start()]
         try:
             producer.wait_acked(100, timeout=120)
             wait_full_isr(cluster, topic, 1)

@@ -144,7 +144,7 @@ def test_end_offsets_never_go_back_when_the_leader_is_cut_off(tmp_path, net):
     expires), another broker is elected; a client asking the end offset all along never sees it go
     back, and once the link heals every acknowledged record is there."""
     from tests.cluster.test_replication import wait_new_leader
-    from tests.replication_checks import EndOffsetWatcher
+    from tests.replication_checks import librdkafka_end_offset_watcher
     require_zookeeper()
     zk = net.start_zookeeper(tmp_path / "zookeeper")
     overrides = {**OVERRIDES, "zookeeper.session.timeout.ms": 6000}
@@ -153,7 +153,7 @@ def test_end_offsets_never_go_back_when_the_leader_is_cut_off(tmp_path, net):
         topic = create_topic(cluster, "netends", partitions=1)
         # requests to the cut-off leader get no answer: give up on them after 5 s, not librdkafka's 30 s
         producer = LoggedProducer(cluster.bootstrap, topic, **{"request.timeout.ms": 5000}).start()
-        watcher = EndOffsetWatcher(cluster.bootstrap, topic).start()
+        watcher = librdkafka_end_offset_watcher(cluster.bootstrap, topic).start()
         try:
             producer.wait_acked(100, timeout=120)
             wait_full_isr(cluster, topic, 1)
