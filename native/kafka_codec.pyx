@@ -611,11 +611,11 @@ def encode_fetch(version, topics, results, committed_only, session_id=0, error_c
                         if flexible:
                             o.p[o.n] = 0  # the entry's tagged fields
                             o.n += 1
-                elif flexible:
-                    o.p[o.n] = 1 if committed else 0  # compact: empty array / null
+                elif flexible:  # compact: empty array / null (read_uncommitted), empty for an error answered unread
+                    o.p[o.n] = 1 if committed or (error != 0 and r.aborted_transactions is not None) else 0
                     o.n += 1
                 else:
-                    _put32(&o, aborted)
+                    _put32(&o, 0 if committed or (error != 0 and r.aborted_transactions is not None) else -1)
                 if v >= 11:
                     _put32(&o, -1)  # preferred read replica
                 if flexible:

@@ -429,7 +429,8 @@ class BrokerConfig:
             group = {"log.roll.ms": ("log.roll.ms", "log.roll.hours"),
                      "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
                      "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours")}
-            put(key, str(value), *group.get(key, (key,)))
+            unset = key not in raw and key in KAFKA_BROKER_KEYS and KAFKA_BROKER_KEYS[key].default is None
+            put(key, None if unset else str(value), *group.get(key, (key,)))  # as Kafka: no value until set
         put("log.roll.hours", raw.get("log.roll.hours", "168"))
         put("log.retention.minutes", raw.get("log.retention.minutes"))
         put("log.retention.hours", raw.get("log.retention.hours", "168"))

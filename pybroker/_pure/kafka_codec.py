@@ -320,17 +320,18 @@ def encode_fetch(version, topics, results, committed_only, session_id=0, error_c
             records = r.records
             try:
                 length = 0 if records is None else records.length
+                empty = 0 if r.error != 0 and r.aborted_transactions is not None else aborted  # answered unread
                 if committed_only and r.aborted_transactions:
                     buf += _with_aborted(version, p, r, r.aborted_transactions, length)
                 elif version >= 11:
                     buf += _PART11(p.partition, r.error, r.high_watermark, r.last_stable_offset,
-                                   r.log_start_offset, aborted, -1, length)
+                                   r.log_start_offset, empty, -1, length)
                 elif version >= 5:
                     buf += _PART5(p.partition, r.error, r.high_watermark, r.last_stable_offset,
-                                  r.log_start_offset, aborted, length)
+                                  r.log_start_offset, empty, length)
                 else:
                     buf += _PART4(p.partition, r.error, r.high_watermark, r.last_stable_offset,
-                                  aborted, length)
+                                  empty, length)
                 if length < 0:
                     raise OverflowError  # struct took it as int32; the wire length must not be negative
             except Exception:
@@ -397,8 +398,8 @@ def _flex_partition(p, r, committed_only, buf):
             pid = _checked(tpid, "aborted producer id", _I64_RANGE)
             first = _checked(tfirst, "aborted first offset", _I64_RANGE)
             buf += _ABORTED_FLEX(pid, first, 0)
-    else:
-        buf.append(1 if committed_only else 0)  # compact: empty array / null
+    else:  # compact: empty array / null (read_uncommitted), empty for an error answered unread
+        buf.append(1 if committed_only or (r.error != 0 and r.aborted_transactions is not None) else 0)
     buf += _I32_1(-1)  # preferred read replica
     buf += _uv(length + 1)
     return records

@@ -3,9 +3,10 @@
 v5+ answers what was (or would be) created: the partition count, the replication factor and every
 topic config with its source, when the caller may DESCRIBE_CONFIGS the topic (else
 topic_config_error_code says TOPIC_AUTHORIZATION_FAILED); v7 adds the new topic's id. A failed
-creation answers none of it. A topic named twice in one request is an INVALID_REQUEST.
+creation answers none of it. A topic named twice in one request is answered once, INVALID_REQUEST;
+refusals are worded as KRaft Kafka words them.
 """
-from pybroker.controller.topic_rules import describe_topic_configs
+from pybroker.controller.topic_rules import InvalidReplicaAssignmentError, describe_topic_configs
 from pybroker.errors import BrokerError
 from pybroker.protocol.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED
 from pybroker.protocol.messages import RESPONSES
@@ -27,18 +28,31 @@ async def handle(ctx, request):
     counts = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    answered = set()
     for topic in request.topics:
+        if topic.name in answered:
+            continue  # as Kafka: a name given twice is answered once
+        answered.add(topic.name)
         configs = {c.name: c.value for c in topic.configs}
         result = Response.CreatableTopicResult(name=topic.name, configs=[])
         try:
             if counts[topic.name] > 1:
-                raise InvalidRequest("found multiple entries for this topic")
+                raise InvalidRequest("Duplicate topic name.")
             if not cluster_create and not authz.allowed(ctx, A.CREATE, A.TOPIC, topic.name):
                 raise TopicAuthorizationFailed(f"not authorized to create topic {topic.name!r}")
             kwargs = {}
             if topic.assignments:
-                if topic.num_partitions != -1 or topic.replication_factor != -1:
-                    raise InvalidRequest("with a replica assignment, partitions and replication factor must be -1")
+                if topic.replication_factor != -1:
+                    raise InvalidRequest("A manual partition assignment was specified, but replication factor was "
+                                         "not set to -1.")
+                if topic.num_partitions != -1:
+                    raise InvalidRequest("A manual partition assignment was specified, but numPartitions was not "
+                                         "set to -1.")
+                indexes = [a.partition_index for a in topic.assignments]
+                twice = [i for n, i in enumerate(indexes) if i in indexes[:n]]
+                if twice:
+                    raise InvalidReplicaAssignmentError(f"Found multiple manual partition assignments for partition "
+                                                        f"{twice[0]}")
                 kwargs["assignment"] = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
             record = await ctx.control.create_topic(
                 topic.name, topic.num_partitions, topic.replication_factor, configs,

@@ -1,5 +1,6 @@
 """DeleteRecords: move partitions' log start offsets forward (offset -1: to the high watermark)."""
-from pybroker.protocol.errors import NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
+from pybroker.api.hosting import not_hosted
+from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -19,8 +20,8 @@ def handle(ctx, request):
         for p in topic.partitions:
             error, low = (TOPIC_AUTHORIZATION_FAILED, -1) if denied else \
                 ctx.replicas.delete_records(topic.name, p.partition_index, p.offset)
-            if error == UNKNOWN_TOPIC_OR_PARTITION and ctx.metadata.partition(topic.name, p.partition_index):
-                error = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker does not host it
+            if error == UNKNOWN_TOPIC_OR_PARTITION:
+                error = not_hosted(ctx, topic.name, p.partition_index)
             if error:
                 low = -1  # as Kafka: a refused partition has no low watermark to tell
             parts.append(Response.DeleteRecordsPartitionResult(partition_index=p.partition_index,

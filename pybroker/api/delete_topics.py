@@ -7,9 +7,10 @@ name. Answers carry the topic id when known (v6) and an error message (v5+).
 import uuid
 
 from pybroker.api.error_response import error_response
-from pybroker.ids import uuid_to_base64
-from pybroker.errors import BrokerError
-from pybroker.protocol.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+from pybroker.api.kafka_wording import default_message
+from pybroker.errors import BrokerError, UnknownTopicError
+from pybroker.protocol.errors import (INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID,
+                                      UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
 
@@ -39,7 +40,7 @@ async def handle(ctx, request):
         try:
             if name is None:
                 result.error_code = UNKNOWN_TOPIC_ID
-                result.error_message = f"this server does not host the topic id {uuid_to_base64(topic_id)}"
+                result.error_message = default_message(UNKNOWN_TOPIC_ID)
                 continue
             if authz is not None and by_id and not authz.allowed(ctx, A.DESCRIBE, A.TOPIC, name):
                 result.name, result.error_code = None, TOPIC_AUTHORIZATION_FAILED
@@ -51,6 +52,9 @@ async def handle(ctx, request):
             await ctx.control.delete_topic(name)
             if ctx.version >= 6 and known_id is not None:
                 result.topic_id = known_id
+        except UnknownTopicError:  # as KRaft Kafka: the code's stock message
+            result.error_code = UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = default_message(UNKNOWN_TOPIC_OR_PARTITION)
         except BrokerError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
     return Response(throttle_time_ms=0, responses=results)

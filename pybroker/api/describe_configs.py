@@ -5,7 +5,9 @@ asked) documentation saying what the key does here, or that it is accepted and i
 (pybroker/config_catalog.py). v0 answers is_default in place of the config source.
 """
 from pybroker import config_catalog as catalog
-from pybroker.errors import BrokerError
+from pybroker.api.kafka_wording import default_message
+from pybroker.controller.metadata_store import validate_topic_name
+from pybroker.errors import BrokerError, UnknownTopicError
 from pybroker.protocol.errors import INVALID_REQUEST, UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
 
@@ -22,24 +24,29 @@ Response = RESPONSES[API_KEY]
 def handle(ctx, request):
     results = []
     for res in request.resources:
-        error, message, entries = 0, None, []
+        error, message, entries = 0, "", []  # as Kafka: an empty message, not null
         synonyms = {}
         try:
             if ctx.authorizer is not None:  # ACLs: DESCRIBE_CONFIGS on the topic or the cluster
                 from pybroker.security.acl_checks import check_config_resource
                 check_config_resource(ctx, ctx.authorizer, 10, res.resource_type, res.resource_name)
             if res.resource_type == TOPIC:
-                rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, not overridden)
-                        for k, v, overridden in ctx.control.topic_configs(res.resource_name)]
-            elif res.resource_type == BROKER and res.resource_name in ("", str(ctx.node_id)):
+                validate_topic_name(res.resource_name)
+                try:  # every topic config may be altered: none is read-only
+                    rows = [(k, v, DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG, False)
+                            for k, v, overridden in ctx.control.topic_configs(res.resource_name)]
+                except UnknownTopicError:
+                    raise UnknownTopicError("") from None  # Kafka tells the code alone
+            elif res.resource_type == BROKER:
+                _check_broker_name(res.resource_name, ctx.node_id)
                 live = ctx.services.backend.dynamic_configs.describe()
                 rows = [(k, v, DEFAULT_CONFIG if is_default else STATIC_BROKER_CONFIG, True)
                         for k, (v, is_default) in sorted(ctx.config.describe_all().items()) if k not in live]
                 if live:  # the keys a broker may change live
                     rows += [(k, v, source or DEFAULT_CONFIG, False) for k, (v, source) in sorted(live.items())]
                     rows, synonyms = _dynamic_log_rows(ctx.services.backend.dynamic_configs, rows)
-            else:
-                raise BrokerError(f"cannot describe resource type {res.resource_type} {res.resource_name!r}")
+            else:  # as Kafka: the request's code with its stock message
+                raise BrokerError(default_message(INVALID_REQUEST))
             wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
             with_synonyms = getattr(request, "include_synonyms", False)
             with_docs = getattr(request, "include_documentation", False)
@@ -61,6 +68,18 @@ def handle(ctx, request):
                                                       resource_type=res.resource_type,
                                                       resource_name=res.resource_name, configs=entries))
     return Response(throttle_time_ms=0, results=results)
+
+
+def _check_broker_name(name: str, node_id: int) -> None:
+    """A broker resource is this broker's id or "" (the cluster default), refused in Kafka's words."""
+    if name == "":
+        return
+    try:
+        broker = int(name)
+    except ValueError:
+        raise BrokerError(f"Broker id must be an integer, but it is: {name}") from None
+    if broker != node_id:
+        raise BrokerError(f"Unexpected broker id, expected {node_id} or empty string, but received {name}")
 
 
 def _topic_key(name: str) -> tuple[str | None, str | None]:
@@ -86,6 +105,11 @@ def _broker_key(name: str) -> tuple[str | None, str | None]:
     return kafka.type, catalog.broker_documentation(name, name in SUPPORTED)
 
 
+# Kafka's synonyms in a coarser unit, used while the key itself is unset
+_COARSER = {"log.retention.ms": ("log.retention.minutes", "log.retention.hours"), "log.roll.ms": ("log.roll.hours",),
+            "log.roll.jitter.ms": ("log.roll.jitter.hours",)}
+
+
 def _dynamic_log_rows(dynamic_configs, rows) -> tuple[list, dict]:
     """Broker rows with the dynamic log defaults in place of the static ones (sources 2/3, not
     read-only) and {key: synonyms}: the dynamic values most specific first, then the static one."""
@@ -94,12 +118,16 @@ def _dynamic_log_rows(dynamic_configs, rows) -> tuple[list, dict]:
     dynamic = dynamic_configs.describe_log()
     field_of = {key: name for name, key in BROKER_NAMES.items()}
     out, synonyms = [], {}
+    given = {k: (v, source) for k, v, source, _ in rows}
     for k, v, source, read_only in rows:
         if k in LOG_KEYS:
             read_only = False
-            static_value = str(getattr(dynamic_configs.static_log, field_of[k])) if k in field_of else v
+            derived = k in field_of and v is not None  # unset keys without a Kafka default stay null
+            static_value = str(getattr(dynamic_configs.static_log, field_of[k])) if derived else v
             static = [Response.DescribeConfigsSynonym(name=k, value=static_value, source=source)] \
                 if static_value is not None else []
+            static += [Response.DescribeConfigsSynonym(name=other, value=given[other][0], source=given[other][1])
+                       for other in _COARSER.get(k, ()) if given.get(other, (None,))[0] is not None]
             if k in dynamic:
                 (v, source), *_ = dynamic[k]
                 synonyms[k] = [Response.DescribeConfigsSynonym(name=k, value=dv, source=ds)

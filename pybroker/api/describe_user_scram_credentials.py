@@ -19,11 +19,11 @@ Response = RESPONSES[API_KEY]
 Result = Response.DescribeUserScramCredentialsResult
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     if cluster_denied(ctx, A.DESCRIBE):
         return Response(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
                         error_message="Cluster authorization failed.", results=[])
-    users = ctx.services.backend.credentials.users
+    users = await ctx.services.backend.credentials.current()
     if not request.users:
         results = [_described(name, users[name]) for name in sorted(users)]
         return Response(throttle_time_ms=0, error_code=0, error_message="", results=results)  # Kafka: ""

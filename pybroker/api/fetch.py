@@ -17,13 +17,15 @@ import struct
 
 from pybroker import core
 from pybroker.api import fetch_legacy, fetch_session
+from pybroker.api.hosting import not_hosted
 from pybroker.api.leader_hints import NO_LEADER, LeaderHints
 from pybroker.errors import BrokerError
+from pybroker.log.epochs import end_offset_for
 from pybroker.protocol.errors import (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE,
-                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID)
+                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.parts import Parts
 from pybroker.replica.fetch_sessions import FINAL_EPOCH, CachedPartition
-from pybroker.replica.manager import DEBUGGING_CONSUMER_ID, FetchResult
+from pybroker.replica.manager import DEBUGGING_CONSUMER_ID, FetchResult, errored
 from pybroker.security import acl as A
 
 API_KEY = 1
@@ -32,6 +34,8 @@ MAX_VERSION = 17
 FIRST_ISOLATION_VERSION = 4  # v0-3 (no isolation level, magic 0/1): pybroker/api/fetch_legacy.py
 FIRST_SESSION_VERSION, FIRST_DIVERGING_VERSION, FIRST_TOPIC_ID_VERSION = 7, 12, 13
 FIRST_REPLICA_STATE_VERSION, FIRST_CURRENT_LEADER_VERSION = 15, 16
+FIRST_FOLLOWER_READ_VERSION = 11  # KIP-392: a consumer may read from a follower
+UNREAD = ()  # the aborted transactions of a partition refused before reading: an empty list, not null
 
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
@@ -130,7 +134,10 @@ async def _read(ctx, request, partitions, replica_id: int, committed_only: bool)
     diverged = bool(fixed) and any(r.diverging_epoch is not None for r in fixed.values())
     max_wait = 0 if diverged else request.max_wait_ms
     read = await ctx.services.replicas.fetch(wanted, max_wait, request.min_bytes, request.max_bytes, committed_only,
-                                           replica_id, ctx.version >= FIRST_TOPIC_ID_VERSION) if wanted else []
+                                           replica_id, ctx.version >= FIRST_TOPIC_ID_VERSION,
+                                           ctx.version < FIRST_FOLLOWER_READ_VERSION) if wanted else []
+    if UNKNOWN_TOPIC_OR_PARTITION in [r.error for r in read]:
+        _not_hosted(ctx, wanted, read)
     metrics = ctx.services.metrics
     if metrics is not None:  # pybroker/metrics: bytes out per topic (the slices' lengths)
         metrics.on_fetch(wanted, read, replica_id)
@@ -138,6 +145,15 @@ async def _read(ctx, request, partitions, replica_id: int, committed_only: bool)
         return read, False
     it = iter(read)
     return [fixed[i] if i in fixed else next(it) for i in range(len(partitions))], diverged
+
+
+def _not_hosted(ctx, wanted, read) -> None:
+    """As Kafka: a partition the cluster has but this broker hosts no replica of is NOT_LEADER_OR_FOLLOWER."""
+    for p, r in zip(wanted, read):
+        if r.error == UNKNOWN_TOPIC_OR_PARTITION:
+            r.error = not_hosted(ctx, p.topic, p.partition)
+            if r.error == UNKNOWN_TOPIC_OR_PARTITION:
+                r.aborted_transactions = UNREAD  # the cluster has no such partition: Kafka answers it unread
 
 
 def _special(partitions) -> bool:
@@ -153,9 +169,9 @@ def _answered_here(ctx, authz, partitions, replica_id: int) -> dict:
     replicas = ctx.services.replicas
     for i, p in enumerate(partitions):
         if p.topic is None:
-            fixed[i] = FetchResult(UNKNOWN_TOPIC_ID)
+            fixed[i] = FetchResult(UNKNOWN_TOPIC_ID, aborted_transactions=UNREAD)
         elif p.topic in denied:
-            fixed[i] = FetchResult(TOPIC_AUTHORIZATION_FAILED)
+            fixed[i] = FetchResult(TOPIC_AUTHORIZATION_FAILED, aborted_transactions=UNREAD)
         elif p.last_fetched_epoch >= 0:
             partition = replicas.get(p.topic, p.partition)
             if partition is None or not _same_topic(partition.topic_id, p.topic_id):
@@ -180,19 +196,6 @@ def _denied(ctx, authz, partitions, replica_id: int) -> set:
     return {name for name in names if not authz.allowed(ctx, A.READ, A.TOPIC, name)}
 
 
-def epoch_end_offset(entries, requested: int, log_end_offset: int) -> tuple[int, int]:
-    """Kafka's end offset of leader epoch ``requested`` over (epoch, start offset) ``entries``:
-    (epoch, end offset), (-1, -1) when it is past every known epoch."""
-    if entries[-1][0] == requested:
-        return requested, log_end_offset
-    floor = None
-    for epoch, start in entries:
-        if epoch > requested:
-            return (requested if floor is None else floor), start
-        floor = epoch
-    return -1, -1
-
-
 def _divergence(partition, p, replica_id: int):
     """A FetchResult when ``p``'s last fetched epoch shows the fetcher's log diverged from ours,
     or when the check itself fails; None to read as usual."""
@@ -205,11 +208,10 @@ def _divergence(partition, p, replica_id: int):
         else:
             partition.check_leader(p.current_leader_epoch)
     except BrokerError as exc:
-        return FetchResult(exc.code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset)
-    epoch, end = epoch_end_offset(entries, p.last_fetched_epoch, partition.log_end_offset)
+        return errored(exc.code, partition, replica_id)
+    epoch, end = end_offset_for(entries, p.last_fetched_epoch, partition.log_end_offset)
     if epoch < 0 or end < 0 or p.fetch_offset < partition.log_start_offset:
-        return FetchResult(OFFSET_OUT_OF_RANGE, partition.high_watermark, partition.last_stable_offset,
-                           partition.log_start_offset)
+        return errored(OFFSET_OUT_OF_RANGE, partition, replica_id)
     if epoch < p.last_fetched_epoch or end < p.fetch_offset:
         return FetchResult(0, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset,
                            diverging_epoch=(epoch, end))
@@ -262,7 +264,8 @@ def encode(version: int, topics, results, committed_only: bool) -> Parts:
                 for pid, first in txns:
                     buf += _I64.pack(pid) + _I64.pack(first)
             else:
-                buf += _I32.pack(-1)  # read_uncommitted: null
+                # read_uncommitted: null, or empty for an error answered without reading (as Kafka)
+                buf += _I32.pack(0 if r.error != 0 and r.aborted_transactions is not None else -1)
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica
             if r.records is None:

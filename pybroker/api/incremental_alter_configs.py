@@ -4,8 +4,9 @@ Topic changes are validated like CreateTopics' configs, stored durably (they sur
 and applied to the topic's open logs. A broker's replication throttle rates and log.* defaults may
 change live (pybroker/controller/broker_configs.py); every other broker config is static, so it
 fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUEST ("Cannot update
-these configs dynamically"). APPEND/SUBTRACT apply only to list
-configs (cleanup.policy); duplicate keys or resources in one request are INVALID_REQUEST.
+these configs dynamically"). APPEND/SUBTRACT apply only to the keys Kafka types LIST (cleanup.policy,
+the throttled replica lists; INVALID_CONFIG otherwise); duplicate keys or resources in one request are
+INVALID_REQUEST.
 """
 from pybroker import config_catalog as catalog
 from pybroker.errors import BrokerError
@@ -17,7 +18,6 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-LIST_CONFIGS = ("cleanup.policy",)  # topic configs of Kafka's LIST type that this broker knows
 # the TLS keys Kafka changes live only per listener (listener.name.<name>.<key>)
 LISTENER_ONLY = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
                  "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
@@ -116,6 +116,14 @@ async def alter_each(ctx, request, response_type, changes_of, replace_all: bool)
     return results
 
 
+def _is_list(resource_type: int, name: str) -> bool:
+    """Whether Kafka types the key LIST (only those take APPEND and SUBTRACT)."""
+    if resource_type == TOPIC:
+        return catalog.TOPIC.get(name, (None,))[0] == "LIST"
+    kafka = catalog.broker_key(name)
+    return kafka is not None and kafka.type == "LIST"
+
+
 def _changes(ctx, res) -> dict:
     changes = {}
     for c in res.configs:
@@ -127,9 +135,9 @@ def _changes(ctx, res) -> dict:
         elif op == DELETE:
             changes[c.name] = None
         elif op in (APPEND, SUBTRACT):
-            if c.name not in LIST_CONFIGS:
+            if not _is_list(res.resource_type, c.name):
                 verb = "append" if op == APPEND else "subtract"
-                raise ConfigChangeError(f"config value {verb} is not allowed for config key {c.name!r}")
+                raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {c.name}")
             if res.resource_type != TOPIC:
                 changes[c.name] = c.value
                 continue

@@ -3,11 +3,12 @@
 Kafka's answers often carry its exception's default message (``Errors.X.message()``); the ones the
 handlers need are here, with the few messages Kafka builds itself for a refusal.
 """
-from pybroker.protocol.errors import (INVALID_REQUEST, NOT_LEADER_OR_FOLLOWER, SECURITY_DISABLED,
+from pybroker.protocol.errors import (INVALID_REQUEST, NOT_LEADER_OR_FOLLOWER, SECURITY_DISABLED, UNKNOWN_TOPIC_ID,
                                       UNKNOWN_TOPIC_OR_PARTITION)
 
 DEFAULT_MESSAGES = {
     UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
     NOT_LEADER_OR_FOLLOWER: "For requests intended only for the leader, this error indicates that the broker is "
                             "not the current leader. For requests intended for any replica, this error indicates "
                             "that the broker is not a replica of the topic partition.",

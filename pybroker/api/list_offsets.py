@@ -9,12 +9,14 @@ tiered). v10's timeout bounds remote lookups, which never happen here.
 
 A new leader whose high watermark has not reached the start of its epoch answers OFFSET_NOT_AVAILABLE
 (KIP-207) from v5; older versions, whose clients do not know that code, get LEADER_NOT_AVAILABLE, as
-from Kafka. A partition named twice in one request (v1+) is refused INVALID_REQUEST each time.
+from Kafka. A partition named twice in one request (v1+) is refused INVALID_REQUEST each time; one the cluster
+has but this broker hosts no replica of is NOT_LEADER_OR_FOLLOWER.
 """
 from collections import Counter
 
+from pybroker.api.hosting import not_hosted
 from pybroker.protocol.errors import (INVALID_REQUEST, LEADER_NOT_AVAILABLE, OFFSET_NOT_AVAILABLE,
-                                      TOPIC_AUTHORIZATION_FAILED)
+                                      TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.replica.max_timestamp import max_timestamp_offset
 from pybroker.security import acl as A
@@ -45,7 +47,7 @@ def handle(ctx, request):
             continue
         if version == 0:
             topics.append(Response.ListOffsetsTopicResponse(name=topic.name, partitions=[
-                _legacy(replicas, topic.name, p, request.replica_id) for p in topic.partitions]))
+                _legacy(ctx, topic.name, p, request.replica_id) for p in topic.partitions]))
             continue
         for p in topic.partitions:
             if named[(topic.name, p.partition_index)] > 1:
@@ -54,6 +56,8 @@ def handle(ctx, request):
                 error, ts, offset, epoch = _lookup(replicas, topic.name, p, committed_only)
             if error == OFFSET_NOT_AVAILABLE and version < 5:
                 error = LEADER_NOT_AVAILABLE
+            elif error == UNKNOWN_TOPIC_OR_PARTITION:
+                error = not_hosted(ctx, topic.name, p.partition_index)
             parts.append(Response.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=error, timestamp=ts, offset=offset,
                 leader_epoch=epoch))
@@ -61,10 +65,12 @@ def handle(ctx, request):
     return Response(throttle_time_ms=0, topics=topics)
 
 
-def _legacy(replicas, name: str, p, replica_id: int):
+def _legacy(ctx, name: str, p, replica_id: int):
     """One partition's v0 answer: its old-style offset list."""
-    error, offsets = replicas.legacy_list_offsets(name, p.partition_index, p.timestamp, p.max_num_offsets,
-                                                  replica_id)
+    error, offsets = ctx.replicas.legacy_list_offsets(name, p.partition_index, p.timestamp, p.max_num_offsets,
+                                                      replica_id)
+    if error == UNKNOWN_TOPIC_OR_PARTITION:
+        error = not_hosted(ctx, name, p.partition_index)
     return Response.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=error,
                                                  old_style_offsets=offsets)
 

@@ -1,6 +1,7 @@
 """OffsetForLeaderEpoch: where a leader epoch ended, so a replica knows where to truncate."""
 import logging
 
+from pybroker.api.hosting import not_hosted
 from pybroker.errors import BrokerError
 from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION
 from pybroker.protocol.messages import RESPONSES
@@ -33,7 +34,9 @@ def handle(ctx, request):
             error, epoch, end = UNKNOWN_TOPIC_OR_PARTITION, -1, -1
             if topic.topic in denied:
                 error = TOPIC_AUTHORIZATION_FAILED
-            elif partition is not None:
+            elif partition is None:
+                error = not_hosted(ctx, topic.topic, p.partition)
+            else:
                 try:
                     partition.check_leader(p.current_leader_epoch)
                     epoch, end = partition.end_offset_for_epoch(p.leader_epoch)

@@ -23,6 +23,7 @@ import asyncio
 import struct
 
 from pybroker import legacy_records
+from pybroker.api.hosting import not_hosted
 from pybroker.api.leader_hints import LeaderHints
 from pybroker.api.produce_response import ProduceResponse
 from pybroker.contracts.kafka_codec import PartitionData, ProduceData, TopicData
@@ -165,7 +166,7 @@ async def _verify_then_append(ctx, request, topics, entries, keys, outcomes):
             code = _VERIFY_ERROR_FOR_PRODUCER.get(code, code)
             if code:
                 if code == INVALID_TXN_STATE:
-                    text = "the partition was not added to the transaction"
+                    text = None  # as Kafka: the code alone says the partition is not in the transaction
                     if ctx.version >= FIRST_ABORTABLE_VERSION:  # what KIP-890 clients abort on
                         code = TRANSACTION_ABORTABLE
                 elif code in _RETRIABLE_VERIFY_ERRORS:
@@ -245,8 +246,8 @@ def _response(ctx, topics, outcomes, error):
                     if code not in _NO_LOG_START:
                         replica = ctx.services.replicas.get(topic.name, part.index)
                         log_start_offset = replica.log_start_offset if replica is not None else -1
-                if code == UNKNOWN_TOPIC_OR_PARTITION and ctx.services.metadata.partition(topic.name, part.index):
-                    code = NOT_LEADER_OR_FOLLOWER  # as Kafka: the cluster has it, this broker hosts no replica
+                if code == UNKNOWN_TOPIC_OR_PARTITION:
+                    code = not_hosted(ctx, topic.name, part.index)
                 if code == NOT_LEADER_OR_FOLLOWER and ctx.version >= FIRST_LEADER_HINT_VERSION:
                     hints = hints or LeaderHints(ctx)
                     leader_id, epoch = hints.leader_of(topic.name, part.index)

@@ -25,6 +25,7 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 REAPER_MAX_S = 1.0
+INVALID_DIFFERENT_RECORD = -138  # a local code (librdkafka's): refused only because a batch-mate was invalid
 BUSY_SLEEP_S = 0.0002
 
 
@@ -539,7 +540,10 @@ class ProducerEngine:
         entries = b.entries
         if entries:
             topic, partition = b.topic, b.partition
+            named = getattr(err, "record_errors", None)
             for delta, x, target in entries:
+                if named:
+                    err = record_error(b, delta, named)
                 offset = base_offset + delta if base_offset >= 0 and err is None else -1
                 if type(target) is tuple:
                     target[0].chunk_done(target[1], partition, offset, x, err)
@@ -593,6 +597,17 @@ class ProducerEngine:
                    failed_partitions=sorted(self.failed_partitions))
         return out
 
+
+
+def record_error(b: ProducerBatch, index: int, named: dict) -> KafkaError:
+    """KIP-467, as librdkafka: a record the broker named fails INVALID_RECORD with the broker's reason;
+    the others of its batch fail retriably (they were refused only for their company)."""
+    if index in named:
+        return KafkaError(ErrorCode.INVALID_RECORD, f"{b.topic}-{b.partition}: record {index} of its batch: "
+                                                    f"{named[index] or 'invalid record'}")
+    return KafkaError(INVALID_DIFFERENT_RECORD, f"{b.topic}-{b.partition}: another record of the same batch was "
+                                                "invalid; this one may be sent again", retriable=True,
+                      name="INVALID_DIFFERENT_RECORD")
 
 
 async def wait_event(event: asyncio.Event, timeout_s) -> bool:

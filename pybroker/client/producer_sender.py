@@ -166,7 +166,10 @@ class BrokerSender:
                 else:
                     msg = pr.error_message or _description(pr.error_code)
                     hinted = pr.error_code in LEADER_MOVED and self._apply_hint(b, pr, body)
-                    self._failed(b, error_for(pr.error_code, f"{b.topic}-{b.partition}: {msg}"), False, hinted)
+                    err = error_for(pr.error_code, f"{b.topic}-{b.partition}: {msg}")
+                    if pr.record_errors:  # KIP-467: the records that made the batch refused
+                        err.record_errors = {e.batch_index: e.batch_index_error_message for e in pr.record_errors}
+                    self._failed(b, err, False, hinted)
         finally:
             self.kick()
 

@@ -39,16 +39,21 @@ _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def validate_topic_name(name) -> None:
-    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicError(f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME}")
-    if not _LEGAL_NAME.fullmatch(name):
-        raise InvalidTopicError(f"topic name {name!r} is illegal: it may only contain ASCII letters, "
-                                "digits, '.', '_' and '-'")
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'; refused in Kafka's words
+    (tools and clients show them)."""
+    if not isinstance(name, str):
+        raise InvalidTopicError("Topic name is invalid: it is not a string")
+    reason = None
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME}"
+    elif not _LEGAL_NAME.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if reason is not None:
+        raise InvalidTopicError(f"Topic name is invalid: {reason}")
 
 
 @dataclass

@@ -11,6 +11,22 @@ from pybroker.log import checkpoint
 log = logging.getLogger(__name__)
 
 
+def end_offset_for(entries, requested: int, log_end_offset: int) -> tuple[int, int]:
+    """Kafka's end of leader epoch ``requested`` over (epoch, start offset) ``entries``: (the largest
+    epoch <= requested, where the next epoch starts); the latest epoch ends at the log end; an epoch
+    older than any known ends where the first starts; (-1, -1) past every known epoch or for -1."""
+    if requested < 0 or not entries:
+        return -1, -1
+    if entries[-1][0] == requested:
+        return requested, log_end_offset
+    floor = None
+    for epoch, start in entries:
+        if epoch > requested:
+            return (requested if floor is None else floor), start
+        floor = epoch
+    return -1, -1
+
+
 class LeaderEpochCache:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, checkpoint.LEADER_EPOCH)
@@ -29,14 +45,7 @@ class LeaderEpochCache:
         self._save()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch``, the offset where it ended); (-1, -1) when unknown."""
-        found = -1, -1
-        for i, (e, _) in enumerate(self.entries):
-            if e > epoch:
-                break
-            end = self.entries[i + 1][1] if i + 1 < len(self.entries) else log_end_offset
-            found = e, end
-        return found
+        return end_offset_for(self.entries, epoch, log_end_offset)
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after ``end_offset`` (the log was truncated there)."""

@@ -226,7 +226,8 @@ class ReplicaFetcher:
                             p.append_as_follower(batches)
                             if key in throttled:
                                 self.manager.follower_quota.record(len(batches))
-                    p.update_follower_high_watermark(r.high_watermark)
+                    if p.update_follower_high_watermark(r.high_watermark):
+                        self.manager.on_follower_high_watermark(key)
                 elif r.error_code == OFFSET_OUT_OF_RANGE:
                     if p.log_end_offset < r.log_start_offset:
                         p.truncate_fully_and_start_at(r.log_start_offset)
@@ -309,6 +310,10 @@ class ReplicaFetcher:
                        rack_id="")
 
 
+def _ignore(key) -> None:
+    pass
+
+
 class ReplicaFetcherManager:
     """Assigns follower partitions to fetchers: one per leader and slot (num.replica.fetchers)."""
 
@@ -319,6 +324,7 @@ class ReplicaFetcherManager:
         self.num_fetchers = config.num_replica_fetchers  # changeable live (DynamicBrokerConfigs)
         self.follower_quota = ReplicationQuota(samples=config.replication_quota_window_num,
                                                sample_s=config.replication_quota_window_size_seconds)
+        self.on_follower_high_watermark = _ignore  # (topic, partition): set by the replica manager
 
     def throttled(self, p) -> bool:
         """follower.replication.throttled.rate applies: a throttled partition we follow out of sync."""

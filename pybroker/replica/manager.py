@@ -62,6 +62,14 @@ class ProduceOutcome:
     record_errors: tuple = ()  # (batch index, message) of the records that made the batch refused (KIP-467)
 
 
+def errored(code: int, partition, replica_id: int) -> FetchResult:
+    """A partition's failed read. A consumer gets -1 offsets, as from Kafka; a follower gets the leader's
+    (its log start is where an out-of-range follower starts again, without asking ListOffsets)."""
+    if replica_id >= 0:
+        return FetchResult(code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset)
+    return FetchResult(code)
+
+
 def error_code(exc: Exception) -> int:
     return exc.code if isinstance(exc, BrokerError) else UNKNOWN_SERVER_ERROR
 
@@ -84,6 +92,8 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
         self.fetchers = fetchers
+        if fetchers is not None:
+            fetchers.on_follower_high_watermark = self.follower_high_watermark_moved
         self.isr_writer = isr_writer
         # leader.replication.throttled.rate (unlimited by default)
         self.leader_quota = leader_quota if leader_quota is not None else ReplicationQuota()
@@ -355,15 +365,21 @@ class ReplicaManager:
         self._complete_acks(p)
         self._wake({(p.topic, p.index)})
 
+    def follower_high_watermark_moved(self, key: tuple) -> None:
+        """Consumers waiting on a follower's copy (KIP-392) may read what the leader committed."""
+        if self._waiters:
+            self._wake({key})
+
     # ---- fetch ----------------------------------------------------------------------------
 
     async def fetch(self, requests: list[FetchRequestPartition], max_wait_ms: int, min_bytes: int,
                     max_bytes: int, committed_only: bool, replica_id: int = -1,
-                    by_id: bool = False) -> list[FetchResult]:
+                    by_id: bool = False, leader_only: bool = True) -> list[FetchResult]:
         """Read every partition; wait up to ``max_wait_ms`` for ``min_bytes`` unless an error is due.
         ``by_id``: the requests name topics by id (``.topic_id``), checked against each log's id at
         every read, so a topic recreated under the same name while the fetch waits answers
-        INCONSISTENT_TOPIC_ID, never the new topic's records."""
+        INCONSISTENT_TOPIC_ID, never the new topic's records. ``leader_only`` False: a consumer
+        may read a follower's copy up to its high watermark (Fetch v11+, KIP-392)."""
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         keys = {(r.topic, r.partition) for r in requests}
         while True:
@@ -372,7 +388,7 @@ class ReplicaManager:
             elif replica_id == DEBUGGING_CONSUMER_ID:
                 results, total = self.read_for_debugging(requests, max_bytes, by_id)
             else:
-                results, total = self.read(requests, max_bytes, committed_only, by_id)
+                results, total = self.read(requests, max_bytes, committed_only, by_id, leader_only)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or self._stopping or any(r.error for r in results):
                 return results
@@ -387,11 +403,14 @@ class ReplicaManager:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
-    def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool, by_id: bool = False):
+    def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool, by_id: bool = False,
+             leader_only: bool = True):
         """A consumer's fetch, one pass as Kafka: the first batch found may exceed max_bytes.
         read_committed: up to the LSO, with the aborted transactions in what is returned."""
+        check = Partition.check_leader if leader_only else Partition.check_leader_epoch
+
         def one(p, req, budget, total):
-            p.check_leader(req.current_leader_epoch)
+            check(p, req.current_leader_epoch)
             return p.read(req.fetch_offset, budget, committed_only, min_one_batch=total == 0)
         results, total = self._read_each(requests, max_bytes, one, by_id)
         if committed_only:
@@ -423,7 +442,7 @@ class ReplicaManager:
                 self.high_watermark_moved(p)
             self._maybe_expand_isr(p, replica_id)
             return records
-        return self._read_each(requests, max_bytes, one, by_id)
+        return self._read_each(requests, max_bytes, one, by_id, replica_id)
 
     def _leader_throttled(self, p: Partition, replica_id: int) -> bool:
         """Kafka's rule: a throttled partition's out-of-sync follower, while a rate is set."""
@@ -439,7 +458,8 @@ class ReplicaManager:
             return p.log.read(req.fetch_offset, budget, max_offset=None, min_one_batch=True)
         return self._read_each(requests, max_bytes, one, by_id)
 
-    def _read_each(self, requests: list[FetchRequestPartition], max_bytes: int, read_one, by_id: bool = False):
+    def _read_each(self, requests: list[FetchRequestPartition], max_bytes: int, read_one, by_id: bool = False,
+                   replica_id: int = -1):
         """(results, bytes) of ``read_one(partition, request, budget, bytes so far)`` over the requests;
         ``by_id``: a partition whose log has another topic id than the request's is not read."""
         results, total = [], 0
@@ -460,7 +480,7 @@ class ReplicaManager:
             except BrokerError as exc:
                 if isinstance(exc, OffsetOutOfRangeError):
                     log.info("%s-%d: a fetch at %s", req.topic, req.partition, exc)
-                results.append(FetchResult(exc.code, p.high_watermark, p.last_stable_offset, p.log_start_offset))
+                results.append(errored(exc.code, p, replica_id))
                 continue
             length = records.length if records is not None else 0
             total += length
@@ -535,7 +555,7 @@ class ReplicaManager:
             offset, ts = p.offset_for_timestamp(timestamp, committed_only)
         except BrokerError as exc:
             return exc.code, -1, -1, -1
-        return 0, ts, offset, p.leader_epoch
+        return 0, ts, offset, p.leader_epoch if offset >= 0 else -1  # no record at or after the timestamp
 
     def legacy_list_offsets(self, topic: str, partition: int, timestamp: int, max_num_offsets: int,
                             replica_id: int) -> tuple[int, list[int]]:

@@ -220,14 +220,16 @@ class Partition:
                 if duplicate is not None:
                     if len(batches) != 1:
                         raise BrokerError("a duplicate batch must come alone")
-                    return ProduceResult(duplicate[0], -1, self.log_start_offset, duplicate=True,
+                    # as Kafka: the original batch's max timestamp stands in for the append time
+                    return ProduceResult(duplicate[0], duplicate[2], self.log_start_offset, duplicate=True,
                                          last_offset=duplicate[1])
         # the headers as sent: the append rewrites base offsets in place
         sent = [(info, info.last_offset_delta) for _, info in batches]
         result = self.log.append_validated(batches, leader_epoch=self.leader_epoch)
         offset = result.first_offset
+        stamped = result.log_append_time  # LogAppendTime: every batch's max timestamp, as stored
         for info, delta in sent:
-            self.producers.update(info, offset, offset + delta, info.max_timestamp)
+            self.producers.update(info, offset, offset + delta, info.max_timestamp if stamped < 0 else stamped)
             offset += delta + 1
         self.maybe_increment_high_watermark()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
@@ -358,12 +360,15 @@ class Partition:
         if aborted is not None:
             self.log.append_aborted_txn(aborted)
 
-    def update_follower_high_watermark(self, leader_hw: int) -> None:
+    def update_follower_high_watermark(self, leader_hw: int) -> bool:
+        """Whether the high watermark moved (consumers reading from this follower may go on)."""
         new = min(leader_hw, self.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
             if self.producers.unreplicated:
                 self.producers.first_unstable_offset(new)
+            return True
+        return False
 
     def truncate_to(self, offset: int) -> None:
         """Cut the log at ``offset`` (a follower's divergence point); producer state is rebuilt."""

@@ -56,7 +56,7 @@ class TransactionCoordinatorFencedError(BrokerError):
 @dataclass
 class ProducerEntry:
     epoch: int
-    # (first_seq, last_seq, first_offset, last_offset) of the last batches
+    # (first_seq, last_seq, first_offset, last_offset, max_timestamp) of the last batches
     batches: deque = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
     last_timestamp: int = -1
     txn_first_offset: int = -1  # first offset of the open transaction, -1 when none
@@ -77,6 +77,11 @@ def next_sequence(seq: int, count: int) -> int:
     return (seq + count) % (2**31)
 
 
+def _batch(saved: list) -> tuple:
+    """A batch entry of a snapshot; one written before timestamps were kept has none (-1)."""
+    return tuple(saved) if len(saved) == 5 else (*saved, -1)
+
+
 class ProducerStateManager:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, SNAPSHOT)
@@ -85,8 +90,9 @@ class ProducerStateManager:
         self.unreplicated: list[tuple[int, int]] = []  # closed transactions: (first offset, marker offset)
         self.verifying: dict[int, VerificationGuard] = {}
 
-    def check(self, info) -> tuple[int, int] | None:
-        """Validate an idempotent batch header; returns the original (first, last) offsets of a duplicate."""
+    def check(self, info) -> tuple[int, int, int] | None:
+        """Validate an idempotent batch header; returns a duplicate's original (first offset, last offset,
+        max timestamp)."""
         pid, epoch, first_seq = info.producer_id, info.producer_epoch, info.base_sequence
         if pid < 0:
             return None
@@ -106,9 +112,9 @@ class ProducerStateManager:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch} must start at sequence 0, not {first_seq}")
             return None
-        for b_first, b_last, o_first, o_last in entry.batches:
+        for b_first, b_last, o_first, o_last, max_ts in entry.batches:
             if (b_first, b_last) == (first_seq, last_seq):
-                return o_first, o_last
+                return o_first, o_last, max_ts
         expected = next_sequence(entry.batches[-1][1], 1)
         if first_seq != expected:
             raise OutOfOrderSequenceError(
@@ -116,7 +122,8 @@ class ProducerStateManager:
         return None
 
     def update(self, info, first_offset: int, last_offset: int, timestamp: int) -> None:
-        """Record an appended batch (its header ``info`` as sent, offsets as assigned)."""
+        """Record an appended batch (its header ``info`` as sent, offsets as assigned, its max timestamp
+        as stored)."""
         pid = info.producer_id
         if pid < 0:
             return
@@ -127,7 +134,7 @@ class ProducerStateManager:
             entry = self.producers[pid] = ProducerEntry(info.producer_epoch, txn_first_offset=entry.txn_first_offset,
                                                         coordinator_epoch=entry.coordinator_epoch)
         last_seq = next_sequence(info.base_sequence, info.last_offset_delta)
-        entry.batches.append((info.base_sequence, last_seq, first_offset, last_offset))
+        entry.batches.append((info.base_sequence, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = timestamp
         if info.attributes & TRANSACTIONAL and entry.txn_first_offset < 0:
             entry.txn_first_offset = self.ongoing[pid] = first_offset
@@ -242,7 +249,7 @@ class ProducerStateManager:
                 data = json.load(f)
             os.remove(self.path)  # valid once: a later crash must not reuse it
             if data["log_end_offset"] == lg.log_end_offset and not lg.txn_index_stale:
-                self.producers = {int(pid): ProducerEntry(e["epoch"], deque(map(tuple, e["batches"]), KEEP_BATCHES),
+                self.producers = {int(pid): ProducerEntry(e["epoch"], deque(map(_batch, e["batches"]), KEEP_BATCHES),
                                                           e["ts"], e.get("txn", -1), e.get("ce", -1))
                                   for pid, e in data["producers"].items()}
                 self._forget_transactions()

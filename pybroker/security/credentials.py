@@ -65,6 +65,10 @@ class _Snapshot:
     def _set(self, users: dict) -> None:
         self.users = MappingProxyType({u: MappingProxyType(dict(c)) for u, c in users.items() if c})
 
+    async def current(self):
+        """{user: {mechanism: credential}} as stored now (what DescribeUserScramCredentials tells)."""
+        return self.users
+
 
 class LocalCredentialStore(_Snapshot):
     def __init__(self, log_dir: str):
@@ -158,3 +162,8 @@ class ZkCredentialStore(_Snapshot):
         results = await asyncio.to_thread(self._apply, changes)
         self._set(await asyncio.to_thread(self.read_all))  # our own logins see the change at once
         return results
+
+    async def current(self):
+        """Read from ZooKeeper, as Kafka does: a change made through another broker is told at once."""
+        self._set(await asyncio.to_thread(self.read_all))
+        return self.users

@@ -65,7 +65,7 @@ def test_log_defaults_change_live_apply_to_open_logs_and_persist(broker_factory,
     assert inc_alter(b.port, "0", {"message.max.bytes": "10000"}) == (0, None)
     d = describe(b.port, "0", ["log.retention.ms", "message.max.bytes", "log.segment.bytes"])
     assert d["log.retention.ms"][:3] == ("3600000", DYNAMIC_DEFAULT, False)
-    assert d["log.retention.ms"][3] == [("3600000", DYNAMIC_DEFAULT), ("604800000", DEFAULT)]
+    assert d["log.retention.ms"][3] == [("3600000", DYNAMIC_DEFAULT), ("168", DEFAULT)]  # log.retention.hours, as Kafka
     assert d["message.max.bytes"][:2] == ("10000", DYNAMIC_BROKER)
     assert d["message.max.bytes"][3] == [("10000", DYNAMIC_BROKER), ("20000", DYNAMIC_DEFAULT), ("1048588", DEFAULT)]
     assert d["log.segment.bytes"][:2] == ("1073741824", DEFAULT)

@@ -73,6 +73,33 @@ def test_librdkafka_fails_only_the_keyless_records_of_a_batch_to_a_compacted_top
     assert produce_one_batch(shared_broker, topic, [(b"k1", 0), (b"k2", 0)]) == {b"v0": (0, None), b"v1": (0, None)}
 
 
+def test_our_producer_fails_only_the_named_records(shared_broker):
+    """pybroker's own producer reads record_errors as librdkafka does: the named records fail INVALID_RECORD,
+    their batch-mates a retriable INVALID_DIFFERENT_RECORD the application may send again."""
+    from pybroker.client import Producer as OurProducer
+    topic = topic_with(shared_broker, {"cleanup.policy": "compact"})
+    got = {}
+    p = OurProducer({"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 200, "enable.idempotence": False,
+                     "retries": 0})
+    try:
+        for i, key in enumerate([b"k1", None, b"k2"]):
+            p.produce(topic, key=key, value=b"v%d" % i, partition=0,
+                      on_delivery=lambda err, m, i=i: got.__setitem__(i, err))
+        assert p.flush(DEADLINE) == 0
+    finally:
+        p.close()
+    assert got[1].code == INVALID_RECORD and not got[1].retriable
+    assert [(got[i].name, got[i].retriable) for i in (0, 2)] == [("INVALID_DIFFERENT_RECORD", True)] * 2
+    assert end_offset(shared_broker, topic) == 0
+    p = OurProducer({"bootstrap.servers": shared_broker.bootstrap})
+    try:  # the batch-mates sent again alone are taken
+        for i in (0, 2):
+            assert p.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0).result(DEADLINE).offset >= 0
+    finally:
+        p.close()
+    assert end_offset(shared_broker, topic) == 2
+
+
 def test_timestamps_out_of_bounds_name_their_records_on_the_wire(shared_broker):
     topic = topic_with(shared_broker, {"message.timestamp.before.max.ms": HOUR, "message.timestamp.after.max.ms": HOUR})
     now = int(time.time() * 1000)

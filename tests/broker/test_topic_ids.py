@@ -148,7 +148,7 @@ def test_create_topics_v5_to_v7_describe_what_they_make(broker):
         req = REQUESTS[19]
         twice = w.request(req(topics=[req.CreatableTopic(name="ids-dup", num_partitions=1, replication_factor=1)] * 2,
                               timeout_ms=10000), 7)
-        assert [t.error_code for t in twice.topics] == [INVALID_REQUEST] * 2
+        assert [t.error_code for t in twice.topics] == [INVALID_REQUEST]  # as KRaft Kafka: answered once
 
 
 def test_delete_topics_by_id_and_recreate_gets_a_new_id(broker):

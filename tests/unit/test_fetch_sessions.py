@@ -1,6 +1,5 @@
 """The fetch session cache's rules in-process (KIP-227): creation, eviction, epochs, contexts
 (a real broker and clients: tests/broker/test_fetch_sessions.py)."""
-from pybroker.api.fetch import epoch_end_offset
 from pybroker.api.fetch_session import new_context
 from pybroker.replica.fetch_session_client import FetchSessionClient
 from pybroker.replica.fetch_sessions import CachedPartition, FetchSessionCache, next_epoch
@@ -103,15 +102,6 @@ def test_duplicate_request_in_flight_gets_invalid_epoch():
     first = new_context(cache, 12, sid, 1, False, [], [], [], None)
     second = new_context(cache, 12, sid, 2, False, [], [], [], None)  # came before the first answered
     assert first.respond([Res()])[3] == 71 and second.respond([Res()])[3] == 0
-
-
-def test_epoch_end_offset_as_kafka():
-    entries = [(0, 0), (2, 10), (5, 30)]
-    assert epoch_end_offset(entries, 5, 42) == (5, 42)
-    assert epoch_end_offset(entries, 3, 42) == (2, 30)
-    assert epoch_end_offset(entries, 2, 42) == (2, 30)
-    assert epoch_end_offset([(3, 5)], 1, 42) == (1, 5)  # older than any: ends where the first starts
-    assert epoch_end_offset(entries, 7, 42) == (-1, -1)
 
 
 def test_session_client_sends_only_changes():

@@ -22,7 +22,7 @@ def ask(services, version: int, *partitions) -> list[tuple]:
     request = Request(replica_id=-1, isolation_level=0, topics=[Request.ListOffsetsTopic(name="t", partitions=[
         Request.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1)
         for p, ts in partitions])])
-    ctx = SimpleNamespace(replicas=services.replicas, authorizer=None, version=version)
+    ctx = SimpleNamespace(replicas=services.replicas, metadata=services.metadata, authorizer=None, version=version)
     return [(r.partition_index, r.error_code, r.offset if version else r.old_style_offsets)
             for r in list_offsets.handle(ctx, request).topics[0].partitions]
 

@@ -6,6 +6,7 @@ import pytest
 from pybroker.errors import (CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError,
                              RecordListTooLargeError, RecordTooLargeError)
 from pybroker.log import Log, LogConfig
+from pybroker.log.epochs import end_offset_for
 from pybroker.records import CONTROL, Record, build_batch, value_batch
 from tests.logutil import check_log_structure
 
@@ -260,3 +261,14 @@ def test_writeback_starts_once_enough_new_bytes_piled_up(tmp_path):
     lg.start_writeback(min_bytes=1)
     assert active.writeback_from == active.size
     lg.close()
+
+
+def test_epoch_end_offset_as_kafka():
+    entries = [(0, 0), (2, 10), (5, 30)]
+    assert end_offset_for(entries, 5, 42) == (5, 42)
+    assert end_offset_for(entries, 3, 42) == (2, 30)
+    assert end_offset_for(entries, 2, 42) == (2, 30)
+    assert end_offset_for([(3, 5)], 1, 42) == (1, 5)  # older than any: ends where the first starts
+    assert end_offset_for(entries, 7, 42) == (-1, -1)  # newer than any: unknown
+    assert end_offset_for(entries, -1, 42) == (-1, -1)
+    assert end_offset_for([], 0, 42) == (-1, -1)
