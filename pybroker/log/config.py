@@ -78,6 +78,9 @@ class LogConfig:
         self._check_kafka_only_settings()
         object.__setattr__(self, "timestamp_bounds", self._timestamp_bounds())  # read on every produce
         object.__setattr__(self, "recompression", self._recompression())  # likewise
+        # whether a produce must look into the records (recompress, bound timestamps, require keys)
+        object.__setattr__(self, "produce_checks", self.recompression is not None or self.timestamp_bounds is not None
+                           or self.compact)
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError(f"Invalid value {self.min_cleanable_dirty_ratio} for configuration "
                              "min.cleanable.dirty.ratio: Value must be between 0 and 1")

@@ -197,19 +197,11 @@ class Partition:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
         config = self.log.config
-        if config.recompression is not None:  # compression.type: stored in the topic's codec, not the producer's
-            codec, level = config.recompression
-            if any(info.attributes & 0x07 != codec for _, info in batches):
-                records = bytearray().join(recompressed(view, codec, level) for view, _ in batches)  # writable
-                batches = self.log.validate(records)
-        bounds = config.timestamp_bounds
-        # the native key scan finds a keyless record fast; only a batch with one (or bounded timestamps) is decoded
-        keyless = config.compact and self._has_keyless(batches)
-        if keyless or bounds is not None:
-            self._check_records(batches, keyless, bounds)
+        if config.produce_checks:  # the topic's settings make the records themselves matter
+            batches = self._topic_checks(config, batches)
         for view, info in batches:  # duplicates are answered with their first append's offsets
             if info.attributes & TIMESTAMP_LOG_APPEND:  # a producer's stamp: Kafka refuses it record by record
-                self._check_records(((view, info),), keyless, bounds)
+                self._check_records(((view, info),), False, config.timestamp_bounds)
             if info.producer_id >= 0:
                 if verification is not NO_VERIFICATION:
                     if verification is not NO_TRANSACTIONAL_ID:
@@ -234,6 +226,21 @@ class Partition:
         self.maybe_increment_high_watermark()
         return ProduceResult(result.first_offset, result.log_append_time, result.log_start_offset,
                              flushed=result.flushed, last_offset=result.last_offset)
+
+    def _topic_checks(self, config, batches):
+        """compression.type (batches recompressed into the topic's codec), timestamp bounds and keys on a
+        compacted topic; the batches to append."""
+        if config.recompression is not None:  # compression.type: stored in the topic's codec, not the producer's
+            codec, level = config.recompression
+            if any(info.attributes & 0x07 != codec for _, info in batches):
+                records = bytearray().join(recompressed(view, codec, level) for view, _ in batches)  # writable
+                batches = self.log.validate(records)
+        bounds = config.timestamp_bounds
+        # the native key scan finds a keyless record fast; only a batch with one (or bounded timestamps) is decoded
+        keyless = config.compact and self._has_keyless(batches)
+        if keyless or bounds is not None:
+            self._check_records(batches, keyless, bounds)
+        return batches
 
     @staticmethod
     def _has_keyless(batches) -> bool:
