@@ -969,7 +969,27 @@ class Fetcher:
             self.on_data()
 
     async def list_offsets(self, specs: dict) -> dict:
-        """{tp: EARLIEST|LATEST|timestamp} -> {tp: offset}, asking each partition's leader."""
+        """{tp: EARLIEST|LATEST|timestamp} -> {tp: offset}, asking each partition's leader. A leader
+        that fails retriably (gone, moved, its high watermark not yet caught up) is looked up again
+        in fresh metadata, until default.api.timeout.ms."""
+        config = self.cluster.config
+        deadline = time.monotonic() + config.seconds("default.api.timeout.ms")
+        out, attempt = {}, 0
+        while True:
+            try:
+                await self._list_offsets_once({tp: s for tp, s in specs.items() if tp not in out}, out, deadline)
+                return out
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                log.debug("listing offsets: %s; looking the leaders up again", exc)
+            await asyncio.sleep(min(backoff_s(attempt, config["retry.backoff.ms"], config["retry.backoff.max.ms"]),
+                                    max(0.0, deadline - time.monotonic())))
+            attempt += 1
+            await self.cluster.refresh(sorted({tp.topic for tp in specs}))
+
+    async def _list_offsets_once(self, specs: dict, out: dict, deadline: float) -> None:
+        """One round: each leader asked once; ``out`` gets the partitions answered."""
         api = REQUESTS[LIST_OFFSETS]
         missing = [tp for tp in specs if self.cluster.leader_for(tp) < 0]
         if missing:
@@ -981,7 +1001,6 @@ class Fetcher:
                 raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader known for {tp.topic}-{tp.partition}")
             by_node.setdefault(node, {}).setdefault(tp.topic, []).append(
                 api.ListOffsetsPartition(partition_index=tp.partition, current_leader_epoch=-1, timestamp=spec))
-        out = {}
 
         def check(body):
             for t in body.topics:
@@ -994,11 +1013,11 @@ class Fetcher:
             req = api(replica_id=-1, isolation_level=1 if self.read_committed else 0,
                       timeout_ms=self.cluster.config["request.timeout.ms"],
                       topics=[api.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
-            body = await self.cluster.call(node, req, *LIST_OFFSETS_RANGE, check=check)
+            body = await self.cluster.call(node, req, *LIST_OFFSETS_RANGE, check=check, retries=0,
+                                           timeout_s=max(0.001, deadline - time.monotonic()))
             for t in body.topics:
                 for p in t.partitions:
                     out[TopicPartition(t.name, p.partition_index)] = p.offset
-        return out
 
 
 def _corrupt(tp, exc) -> KafkaError:

@@ -41,9 +41,19 @@ def test_follower_sessions_and_current_leader(tmp_path, zookeeper):
                         partition=0, fetch_offset=19, partition_max_bytes=1 << 20)])]), 12))[("r", 0)]
                 return p.error_code == 0 and p.records is not None and len(bytes(p.records)) > 0
         cluster.wait_for(replicated, what="the follower has every record")
-        state = cluster.partition_state("r", 0)
+        # a partition only the leader hosts: the other broker answers NOT_LEADER_OR_FOLLOWER naming the leader
+        # (a follower serves consumers from Fetch v11, KIP-392)
+        with WireClient(cluster.broker(leader).port) as w:
+            resp = w.request(req(topics=[req.CreatableTopic(name="r-one", num_partitions=-1, replication_factor=-1,
+                                                            assignments=[req.CreatableReplicaAssignment(
+                                                                partition_index=0, broker_ids=[leader])])],
+                                 timeout_ms=20000, validate_only=False), 4)
+            assert resp.topics[0].error_code == 0, resp
+        cluster.wait_for(lambda: cluster.partition_state("r-one", 0), what="the one-replica topic's state")
+        state = cluster.partition_state("r-one", 0)
         with WireClient(cluster.broker(follower).port) as w:
-            topic_id = w.metadata(["r"], version=12).topics[0].topic_id
+            topic_id = cluster.wait_for(lambda: w.metadata(["r-one"], version=12).topics[0].topic_id,
+                                        what="the other broker to know the topic")
             resp = w.request(fetch_request({topic_id: [(0, 0)]}, by_id=True), 16)
             assert resp.responses[0].topic_id == topic_id
             p = resp.responses[0].partitions[0]

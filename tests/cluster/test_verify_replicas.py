@@ -26,15 +26,15 @@ def verify(bootstrap: str, *args) -> subprocess.CompletedProcess:
                            "--command-timeout-ms", "20000", *args], capture_output=True, text=True, timeout=120)
 
 
-def fetch(client: WireClient, topic: str, partition: int, offset: int, replica_id: int):
-    """One partition's Fetch v11 response, as a consumer (-1) or a debugging consumer (-2)."""
+def fetch(client: WireClient, topic: str, partition: int, offset: int, replica_id: int, version: int = 11):
+    """One partition's Fetch response, as a consumer (-1) or a debugging consumer (-2)."""
     req = REQUESTS[1]
     request = req(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
                   session_id=0, session_epoch=-1, topics=[req.FetchTopic(topic=topic, partitions=[
                       req.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset,
                                          log_start_offset=-1, partition_max_bytes=1 << 20)])],
                   forgotten_topics_data=[], rack_id="")
-    return client.request(request, 11).responses[0].partitions[0]
+    return client.request(request, version).responses[0].partitions[0]
 
 
 def produce_batches(client: WireClient, topic: str, partition: int, batches: int, per_batch: int = 5) -> None:
@@ -90,8 +90,9 @@ def test_replicas_produced_by_confluent_kafka_agree(cluster):
 
 
 def test_debugging_fetch_reads_any_replica_up_to_its_log_end(cluster):
-    """(c) a follower answers replica id -2 (with its own HW) but still refuses a consumer (-1); the
-    leader serves -2 beyond its HW, up to its log end, while consumers stop at the HW."""
+    """(c) a follower answers replica id -2 (with its own HW) but refuses a consumer (-1) below Fetch v11
+    (from v11 it serves consumers up to its HW, KIP-392); the leader serves -2 beyond its HW, up to its log
+    end, while consumers stop at the HW."""
     topic = create_topic(cluster, "debug-fetch", partitions=1)
     leader, followers = leader_and_followers(cluster, topic)
     with WireClient(cluster.broker(leader).port, timeout=30) as c:
@@ -99,7 +100,7 @@ def test_debugging_fetch_reads_any_replica_up_to_its_log_end(cluster):
     wait_full_isr(cluster, topic, partitions=1)
     follower = followers[0]
     with WireClient(cluster.broker(follower).port, timeout=30) as c:
-        assert fetch(c, topic, 0, 0, -1).error_code == NOT_LEADER_OR_FOLLOWER
+        assert fetch(c, topic, 0, 0, -1, version=10).error_code == NOT_LEADER_OR_FOLLOWER
         debug = cluster.wait_for(lambda: (r := fetch(c, topic, 0, 0, -2)).error_code == 0
                                  and r.high_watermark == 15 and r, 30, "the follower's HW to reach 15")
         assert [b.base_offset for b in batches(debug.records)] == [0, 5, 10]
