@@ -78,6 +78,11 @@ cdef enum:
     E_DELTA  # a = delta, b = last offset delta
     E_KEY  # a = key length
     E_TRAILING  # a = bytes left, b = count
+    E_VALUE  # a = value length
+    E_HEADERS  # a = header count
+    E_HEADER_KEY  # a = header key length
+    E_HEADER_VALUE  # a = header value length
+    E_REC_REST  # a = bytes left in the record after its headers
 
 
 cdef struct Entry:
@@ -350,6 +355,16 @@ cdef str _reason(Walk *w):
         return f"record {e.i}: key length {e.a} out of range"
     if k == E_TRAILING:
         return f"{e.a} bytes after the last of {e.b} records"
+    if k == E_VALUE:
+        return f"record {e.i}: value length {e.a} out of range"
+    if k == E_HEADERS:
+        return f"record {e.i}: header count {e.a} out of range"
+    if k == E_HEADER_KEY:
+        return f"record {e.i}: header key length {e.a} out of range"
+    if k == E_HEADER_VALUE:
+        return f"record {e.i}: header value length {e.a} out of range"
+    if k == E_REC_REST:
+        return f"record {e.i}: {e.a} bytes after its last header"
     return f"error {k}"
 
 
@@ -824,6 +839,83 @@ cdef int find_keyless(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
         w.err.i = i
         return W_ERROR
     return W_OK
+
+
+cdef int check_rest(const uint8_t *p, Head *r, Walk *w) noexcept nogil:
+    """The record's value and headers, after its key, fill it exactly: 0 or an error kind (w.err.a)."""
+    cdef Py_ssize_t q = r.key_pos + (r.klen if r.klen > 0 else 0)
+    cdef int64_t vlen, count, j, klen, hlen
+    cdef int e = read_varint(p, &q, r.end, &vlen)
+    if e:
+        return e
+    if vlen < -1 or vlen > r.end - q:
+        w.err.a = vlen
+        return E_VALUE
+    q += vlen if vlen > 0 else 0
+    e = read_varint(p, &q, r.end, &count)
+    if e:
+        return e
+    if count < 0 or count > r.end - q:  # a header takes at least two bytes
+        w.err.a = count
+        return E_HEADERS
+    for j in range(count):
+        e = read_varint(p, &q, r.end, &klen)
+        if e:
+            return e
+        if klen < 0 or klen > r.end - q:
+            w.err.a = klen
+            return E_HEADER_KEY
+        q += klen
+        e = read_varint(p, &q, r.end, &hlen)
+        if e:
+            return e
+        if hlen < -1 or hlen > r.end - q:
+            w.err.a = hlen
+            return E_HEADER_VALUE
+        q += hlen if hlen > 0 else 0
+    if q != r.end:
+        w.err.a = r.end - q
+        return E_REC_REST
+    return 0
+
+
+cdef int check_section(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
+    """Every record of one uncompressed records section parses whole: W_OK or W_ERROR."""
+    cdef Py_ssize_t pos = 0
+    cdef int64_t i = 0
+    cdef int e = 0
+    cdef Head r
+    for i in range(w.count):
+        e = read_head(p, &pos, n, w, &r)
+        if not e:
+            e = check_rest(p, &r, w)
+        if e:
+            break
+        pos = r.end
+    return end_section(w, e, i, pos, n)
+
+
+def check_records(buf):
+    """Raise CorruptRecordError unless every record of the uncompressed v2 batches of ``buf`` parses whole
+    (lengths, key, value, headers, nothing left over), as Kafka's record reader requires; compressed
+    batches are not opened. Batches must have passed validation."""
+    cdef Py_buffer view
+    cdef Walk w
+    cdef int r
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        memset(&w, 0, sizeof(Walk))
+        while w.pos < view.len:
+            if read_header(<const uint8_t *>view.buf, view.len, &w) != W_OK:
+                raise CorruptRecordError(_reason(&w), w.base, w.pos)
+            if not w.attributes & 7:
+                with nogil:
+                    r = check_section(<const uint8_t *>view.buf + w.pos + HEADER_SIZE, w.end - w.pos - HEADER_SIZE, &w)
+                if r == W_ERROR:
+                    raise CorruptRecordError(_reason(&w), w.base, w.pos)
+            w.pos = w.end
+    finally:
+        PyBuffer_Release(&view)
 
 
 def keyless_offset(buf):

@@ -323,6 +323,51 @@ def _retain(self, buf, now_ms, new_horizon_ms, keep_empty, end_offset):
 
 
 
+def _check_rest(p, q: int, end: int, klen: int, i: int) -> None:
+    """The record's value and headers, from its key at ``q``, fill it to ``end`` exactly."""
+    q += max(klen, 0)
+    vlen, q = _varint(p, q, end, i)
+    if vlen < -1 or vlen > end - q:
+        raise _RecordError(f"record {i}: value length {vlen} out of range")
+    q += max(vlen, 0)
+    count, q = _varint(p, q, end, i)
+    if count < 0 or count > end - q:  # a header takes at least two bytes
+        raise _RecordError(f"record {i}: header count {count} out of range")
+    for _ in range(count):
+        hk, q = _varint(p, q, end, i)
+        if hk < 0 or hk > end - q:
+            raise _RecordError(f"record {i}: header key length {hk} out of range")
+        q += hk
+        hv, q = _varint(p, q, end, i)
+        if hv < -1 or hv > end - q:
+            raise _RecordError(f"record {i}: header value length {hv} out of range")
+        q += max(hv, 0)
+    if q != end:
+        raise _RecordError(f"record {i}: {end - q} bytes after its last header")
+
+
+def check_records(buf) -> None:
+    """See pybroker/contracts/offset_map.py: every record of the uncompressed batches parses whole."""
+    view = memoryview(buf).cast("B")
+    pos = 0
+    while pos < len(view):
+        base, length, _, attrs, lod, count = _batch_header(view, pos, len(view))
+        end = pos + LOG_OVERHEAD + length
+        if not attrs & 7:
+            section = view[pos + HEADER_SIZE:end]
+            n, q = len(section), 0
+            try:
+                for i in range(count):
+                    _, rec_end, _, _, _, klen, key_pos = _record_head(section, q, n, lod, i)
+                    _check_rest(section, key_pos, rec_end, klen, i)
+                    q = rec_end
+                if q != n:
+                    raise _RecordError(f"{n - q} bytes after the last of {count} records")
+            except _RecordError as exc:
+                raise CorruptRecordError(str(exc), base, pos) from None
+        pos = end
+
+
 def keyless_offset(buf) -> int:
     """The offset of the first record without a key in the v2 batches of ``buf``, or -1."""
     view = memoryview(buf).cast("B")

@@ -100,3 +100,7 @@ class OffsetMapModule(Protocol):
 
     # the offset of the first record without a key in validated v2 batches, or -1 (compacted topics refuse them)
     def keyless_offset(self, buf) -> int: ...
+
+    # raise CorruptRecordError unless every record of the uncompressed v2 batches parses whole (key, value,
+    # headers, nothing left over), as Kafka's record reader requires; compressed batches are not opened
+    def check_records(self, buf) -> None: ...

@@ -196,6 +196,10 @@ class Partition:
         if required_acks == -1 and len(self.isr) < self.min_isr:
             raise NotEnoughReplicasError(f"{len(self.isr)} in-sync replicas, min.insync.replicas={self.min_isr}")
         batches = self.log.validate(records)
+        try:  # as Kafka's record reader: every record parses whole (uncompressed batches; no decompression here)
+            core.offset_map.check_records(records)
+        except CorruptRecordError as exc:
+            raise InvalidRecordError(exc.reason, exc.offset, exc.position) from None
         config = self.log.config
         if config.produce_checks:  # the topic's settings make the records themselves matter
             batches = self._topic_checks(config, batches)

@@ -180,6 +180,15 @@ def test_refusals_that_name_no_record_carry_no_message_as_kafka(shared_broker):
         struct.pack_into(">I", short, 17, core.crc.crc32c(memoryview(short)[21:]))
         r = w.produce(compacted, 0, bytes(short))
         assert (r.error_code, r.error_message, r.log_start_offset, r.record_errors) == (INVALID_RECORD, None, 0, [])
+        # any topic: a record whose body does not parse (here a negative header count) under a valid CRC
+        bad = bytearray(build_batch([Record(b"a", b"k")]))
+        assert bad[-1] == 0  # the record's header count, zigzag 0
+        bad[-1] = 1  # -1
+        struct.pack_into(">I", bad, 17, core.crc.crc32c(memoryview(bad)[21:]))
+        r = w.produce(topic, 0, bytes(bad))
+        assert (r.error_code, r.error_message, r.log_start_offset) == (INVALID_RECORD, None, 0)
+        assert w.produce(topic, 0, good).error_code == 0  # nothing of the refused batch was written
+    assert end_offset(shared_broker, topic) == 1
 
 
 @pytest.mark.skipif(not os.path.isfile(os.path.join(KAFKA_BIN, "kafka-console-producer.sh")),

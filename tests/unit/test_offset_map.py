@@ -354,3 +354,50 @@ def test_random_damage_never_crashes_and_both_agree(data):
         buf[pos] = data.draw(st.integers(0, 255))
     start = data.draw(st.integers(0, 40))
     same(bytes(buf), start=start, stop=start + data.draw(st.integers(0, 40)), slots=data.draw(st.integers(2, 20)))
+
+
+# ---------------------------------------------------------------- produce's record check (check_records)
+
+def _outcome(impl, buf):
+    try:
+        impl.check_records(buf)
+        return None
+    except CorruptRecordError as exc:
+        return str(exc)
+
+
+headers = st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=6)), max_size=3)
+records = st.lists(st.builds(Record, st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=5), headers),
+                   min_size=1, max_size=4)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(records, st.lists(st.tuples(st.integers(61, 400), st.integers(0, 255)), max_size=3))
+def test_check_records_twins_agree_on_whole_and_damaged_records(recs, damage):
+    """A well-formed batch passes both; bytes overwritten in its records section fail both alike."""
+    buf = bytearray(build_batch(recs))
+    assert _outcome(native, buf) is None and _outcome(pure, buf) is None
+    for pos, value in damage:
+        if pos < len(buf):
+            buf[pos] = value
+    assert _outcome(native, buf) == _outcome(pure, buf)
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=ids)
+def test_check_records_names_what_kafka_refuses(impl):
+    """A negative header count, a negative header key length, bytes left after the headers: each refused."""
+    def damaged(tail: bytes) -> bytearray:
+        body = b"\x00" + b"\x00" + b"\x00" + b"\x01" + b"\x02" + b"v" + tail  # attrs, ts, delta, key null, value "v"
+        rec = bytes([len(body) << 1]) + body
+        batch = bytearray(build_batch([Record(b"v")]))
+        return batch[:61] + rec if len(rec) else batch
+    good = damaged(b"\x00")
+    struct.pack_into(">i", good, 8, len(good) - 12)
+    assert _outcome(impl, good) is None
+    for tail, why in ((b"\x01", "header count -1"), (b"\x02\x01", "header key length -1"),
+                      (b"\x00\x07", "1 bytes after its last header")):
+        buf = damaged(tail)
+        struct.pack_into(">i", buf, 8, len(buf) - 12)
+        assert why in _outcome(impl, buf)
+    compressed = bytearray(build_batch([Record(b"v")], attributes=1))
+    impl.check_records(compressed)  # not opened: compressed batches are checked by their readers
