@@ -40,8 +40,9 @@ def topic_with(broker, configs: dict) -> str:
 def produce_one_batch(broker, topic: str, records) -> dict:
     """(key, timestamp) records sent in one batch by librdkafka; value -> (error code, error name)."""
     got = {}
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 200, "enable.idempotence": False,
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, "enable.idempotence": False,
                   "retries": 0, "batch.num.messages": 100})
+    p.list_topics(topic, timeout=DEADLINE)  # the leader known first: the records wait in one batch for the linger
     now = int(time.time() * 1000)
     for i, (key, offset_ms) in enumerate(records):
         p.produce(topic, key=key, value=b"v%d" % i, partition=0, timestamp=now + offset_ms,
