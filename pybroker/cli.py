@@ -129,6 +129,17 @@ def dump_index(path: str) -> None:
         index.close()
 
 
+def _add_tool_commands(sub) -> None:
+    from pybroker.tools import add_commands  # topics, produce, consume
+    add_commands(sub)
+    from pybroker.tools.acls import add_parser as add_acls_command  # kafka-acls
+    add_acls_command(sub)
+    from pybroker.tools.transactions import add_parser as add_transactions_command  # kafka-transactions
+    add_transactions_command(sub)
+    from pybroker.tools.schemas import add_parser as add_schemas_command  # the schema registry's REST API
+    add_schemas_command(sub)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pybroker", description="A Kafka-compatible message broker.")
     parser.add_argument("--version", action="version", version=f"pybroker {__version__}")
@@ -145,14 +156,9 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--index-interval", type=int, default=4096)
     p.set_defaults(func=dump_log)
-    from pybroker.tools import add_commands  # topics, produce, consume
-    add_commands(sub)
-    from pybroker.tools.acls import add_parser as add_acls_command  # kafka-acls
-    add_acls_command(sub)
-    from pybroker.tools.transactions import add_parser as add_transactions_command  # kafka-transactions
-    add_transactions_command(sub)
-    from pybroker.tools.schemas import add_parser as add_schemas_command  # the schema registry's REST API
-    add_schemas_command(sub)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] != ["serve"]:  # a broker does not load the tools (nor the client they use): less idle memory
+        _add_tool_commands(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -20,7 +20,7 @@ import logging
 import os
 
 from pybroker import config_catalog
-from pybroker.controller import zk as zkpaths
+from pybroker.controller import zk_paths as zkpaths
 from pybroker.errors import BrokerError
 from pybroker.log.config import BROKER_NAMES, LogConfig
 from pybroker.protocol.errors import INVALID_CONFIG, INVALID_REQUEST

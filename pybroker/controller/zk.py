@@ -23,20 +23,12 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
+from pybroker.controller.zk_paths import (BROKER_IDS, CLUSTER_ID, CONFIG_BROKERS, CONFIG_TOPICS,  # noqa: F401
+                                         CONTROLLER, CONTROLLER_EPOCH, DEFAULT_BROKER, DELETE_TOPICS,
+                                         ISR_CHANGE_PREFIX, ISR_CHANGES, PRODUCER_ID_BLOCK, TOPICS)
+
 log = logging.getLogger(__name__)
 
-BROKER_IDS = "/brokers/ids"
-TOPICS = "/brokers/topics"
-CONTROLLER = "/controller"
-CONTROLLER_EPOCH = "/controller_epoch"
-CONFIG_TOPICS = "/config/topics"
-CONFIG_BROKERS = "/config/brokers"
-DEFAULT_BROKER = "<default>"
-DELETE_TOPICS = "/admin/delete_topics"
-CLUSTER_ID = "/cluster/id"
-PRODUCER_ID_BLOCK = "/latest_producer_id_block"
-ISR_CHANGES = "/isr_change_notification"
-ISR_CHANGE_PREFIX = "isr_change_"
 PERSISTENT = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS, ISR_CHANGES, "/cluster")
 
 
