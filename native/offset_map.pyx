@@ -895,35 +895,14 @@ cdef int check_section(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
     return end_section(w, e, i, pos, n)
 
 
-def check_records(buf):
-    """Raise CorruptRecordError unless every record of the uncompressed v2 batches of ``buf`` parses whole
-    (lengths, key, value, headers, nothing left over), as Kafka's record reader requires; compressed
-    batches are not opened. Batches must have passed validation."""
-    cdef Py_buffer view
-    cdef Walk w
-    cdef int r
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    try:
-        memset(&w, 0, sizeof(Walk))
-        while w.pos < view.len:
-            if read_header(<const uint8_t *>view.buf, view.len, &w) != W_OK:
-                raise CorruptRecordError(_reason(&w), w.base, w.pos)
-            if not w.attributes & 7:
-                with nogil:
-                    r = check_section(<const uint8_t *>view.buf + w.pos + HEADER_SIZE, w.end - w.pos - HEADER_SIZE, &w)
-                if r == W_ERROR:
-                    raise CorruptRecordError(_reason(&w), w.base, w.pos)
-            w.pos = w.end
-    finally:
-        PyBuffer_Release(&view)
+ctypedef int (*SectionWalker)(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil
 
 
-def keyless_offset(buf):
-    """The offset of the first record without a key in the v2 batches of ``buf``, or -1 (compacted
-    topics refuse such records). Batches must have passed validation; compressed ones are decompressed."""
+cdef int64_t walk_sections(buf, SectionWalker walker, bint open_compressed) except? -2:
+    """``walker`` over the records section of each v2 batch of ``buf`` (compressed ones decompressed when
+    ``open_compressed``, else passed by): the first offset a walker stops at, or -1; CorruptRecordError."""
     cdef Py_buffer view
     cdef Walk w
-    cdef const uint8_t *q
     cdef const uint8_t *sp
     cdef Py_ssize_t sn
     cdef int r
@@ -932,22 +911,34 @@ def keyless_offset(buf):
     try:
         memset(&w, 0, sizeof(Walk))
         while w.pos < view.len:
-            q = <const uint8_t *>view.buf + w.pos
             if read_header(<const uint8_t *>view.buf, view.len, &w) != W_OK:
                 raise CorruptRecordError(_reason(&w), w.base, w.pos)
             w.stopped = -1
-            if w.attributes & 7:
+            sp, sn = <const uint8_t *>view.buf + w.pos + HEADER_SIZE, w.end - w.pos - HEADER_SIZE
+            if w.attributes & 7 and open_compressed:
                 section = bytes(decompress(w.attributes & 7, (<const char *>view.buf)[w.pos + HEADER_SIZE:w.end]))
                 sp, sn = <const uint8_t *>PyBytes_AS_STRING(section), PyBytes_GET_SIZE(section)
-            else:
-                sp, sn = q + HEADER_SIZE, w.end - w.pos - HEADER_SIZE
-            with nogil:
-                r = find_keyless(sp, sn, &w)
-            if r == W_ERROR:
-                raise CorruptRecordError(_reason(&w), w.base, w.pos)
-            if w.stopped >= 0:
-                return w.stopped
+            if open_compressed or not w.attributes & 7:
+                with nogil:
+                    r = walker(sp, sn, &w)
+                if r == W_ERROR:
+                    raise CorruptRecordError(_reason(&w), w.base, w.pos)
+                if w.stopped >= 0:
+                    return w.stopped
             w.pos = w.end
         return -1
     finally:
         PyBuffer_Release(&view)
+
+
+def check_records(buf):
+    """Raise CorruptRecordError unless every record of the uncompressed v2 batches of ``buf`` parses whole
+    (lengths, key, value, headers, nothing left over), as Kafka's record reader requires; compressed
+    batches are not opened. Batches must have passed validation."""
+    walk_sections(buf, check_section, False)
+
+
+def keyless_offset(buf):
+    """The offset of the first record without a key in the v2 batches of ``buf``, or -1 (compacted
+    topics refuse such records). Batches must have passed validation; compressed ones are decompressed."""
+    return walk_sections(buf, find_keyless, True)

@@ -346,43 +346,44 @@ def _check_rest(p, q: int, end: int, klen: int, i: int) -> None:
         raise _RecordError(f"record {i}: {end - q} bytes after its last header")
 
 
-def check_records(buf) -> None:
-    """See pybroker/contracts/offset_map.py: every record of the uncompressed batches parses whole."""
-    view = memoryview(buf).cast("B")
-    pos = 0
-    while pos < len(view):
-        base, length, _, attrs, lod, count = _batch_header(view, pos, len(view))
-        end = pos + LOG_OVERHEAD + length
-        if not attrs & 7:
-            section = view[pos + HEADER_SIZE:end]
-            n, q = len(section), 0
-            try:
-                for i in range(count):
-                    _, rec_end, _, _, _, klen, key_pos = _record_head(section, q, n, lod, i)
-                    _check_rest(section, key_pos, rec_end, klen, i)
-                    q = rec_end
-                if q != n:
-                    raise _RecordError(f"{n - q} bytes after the last of {count} records")
-            except _RecordError as exc:
-                raise CorruptRecordError(str(exc), base, pos) from None
-        pos = end
-
-
-def keyless_offset(buf) -> int:
-    """The offset of the first record without a key in the v2 batches of ``buf``, or -1."""
+def _sections(buf, open_compressed: bool):
+    """(base offset, position, records section, last offset delta, count) of each v2 batch of ``buf``;
+    compressed sections decompressed when ``open_compressed``, else passed by."""
     view = memoryview(buf).cast("B")
     pos = 0
     while pos < len(view):
         base, length, _, attrs, lod, count = _batch_header(view, pos, len(view))
         end = pos + LOG_OVERHEAD + length
         section = view[pos + HEADER_SIZE:end]
-        if attrs & 7:
+        if attrs & 7 and open_compressed:
             section = memoryview(decompress(attrs & 7, section))
+        if open_compressed or not attrs & 7:
+            yield base, pos, section, lod, count
+        pos = end
+
+
+def check_records(buf) -> None:
+    """See pybroker/contracts/offset_map.py: every record of the uncompressed batches parses whole."""
+    for base, pos, section, lod, count in _sections(buf, False):
+        n, q = len(section), 0
+        try:
+            for i in range(count):
+                _, rec_end, _, _, _, klen, key_pos = _record_head(section, q, n, lod, i)
+                _check_rest(section, key_pos, rec_end, klen, i)
+                q = rec_end
+            if q != n:
+                raise _RecordError(f"{n - q} bytes after the last of {count} records")
+        except _RecordError as exc:
+            raise CorruptRecordError(str(exc), base, pos) from None
+
+
+def keyless_offset(buf) -> int:
+    """The offset of the first record without a key in the v2 batches of ``buf``, or -1."""
+    for base, pos, section, lod, count in _sections(buf, True):
         try:
             for rec in _records(section, len(section), base, lod, count):
                 if rec[5] is None:
                     return rec[4]
         except _RecordError as exc:
             raise CorruptRecordError(str(exc), base, pos) from None
-        pos = end
     return -1
