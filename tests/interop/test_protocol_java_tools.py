@@ -194,7 +194,9 @@ def test_console_consumer_follows_a_recreated_topic(proxied, tmp_path):
                              b.bootstrap, "--topic", topic, "--timeout-ms", "60000", "--property", "print.offset=true",
                              "--consumer-property", "group.protocol=consumer",
                              "--consumer-property", "auto.offset.reset=earliest",
-                             "--consumer-property", "metadata.max.age.ms=1000"],
+                             "--consumer-property", "metadata.max.age.ms=1000",
+                             # else its metadata refresh may re-create the deleted topic before the test does
+                             "--consumer-property", "allow.auto.create.topics=false"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
