@@ -89,6 +89,7 @@ class Broker:
         self.readiness = "starting"  # why not, for /health
         self.registry = None  # the running schema registry (pybroker/registry); None: off or not started yet
         self._registry_task = None
+        self.iceberg = None  # pybroker/iceberg's supervisor of the translation worker
 
     @property
     def server(self):
@@ -135,23 +136,71 @@ class Broker:
         if cfg.raw.get("schema.registry.listeners"):  # in the background: the Kafka listeners never wait for it
             self._registry_task = asyncio.get_running_loop().create_task(self._start_registry(),
                                                                          name="schema registry start")
+        self._start_iceberg()
         return self
 
-    async def _start_registry(self) -> None:
-        """The schema registry, a client of this broker's inter-broker listener with its security."""
-        from pybroker.registry import start_registry
+    def _start_iceberg(self) -> None:
+        """Topics as Iceberg tables (pybroker/iceberg): a worker process starts once this broker leads a
+        partition of a topic with iceberg.mode set."""
+        from pybroker.iceberg import settings as iceberg_settings
+        from pybroker.iceberg.supervisor import IcebergSupervisor
+        cfg = self.config
+        try:
+            settings = iceberg_settings.from_broker_config(cfg.raw, cfg.log_dirs[0])
+        except ValueError as e:
+            log.error("Iceberg tables are off: %s", e)
+            return
+        listener, client_config, _ = self._inter_broker_client(f"iceberg-{self.node_id}")
+        replicas = self.replicas
+
+        def led() -> dict:
+            out = {}
+            for key, partition in replicas.partitions.items():
+                config = partition.log.config
+                if partition.is_leader and config.iceberg_mode != "disabled":
+                    out[key] = {"mode": config.iceberg_mode, "partition_spec": config.iceberg_partition_spec,
+                                "target_lag_ms": config.iceberg_target_lag_ms,
+                                "invalid_record_action": config.iceberg_invalid_record_action}
+            return out
+
+        def end_offset(topic: str, partition: int) -> int | None:
+            p = replicas.partitions.get((topic, partition))
+            return p.last_stable_offset if p is not None and p.is_leader else None
+
+        def registry_url() -> str:  # this broker's own registry (its port may be chosen when it starts)
+            urls = self.registry.urls if self.registry is not None else ()
+            return urls[0] if urls else _registry_url(cfg.raw)
+
+        self.iceberg = IcebergSupervisor(settings, f"{listener.host}:{listener.port}", client_config, self.node_id,
+                                         led, end_offset, registry_url)
+        self.iceberg.start()
+
+    async def _stop_iceberg(self) -> None:
+        supervisor, self.iceberg = self.iceberg, None
+        if supervisor is not None:
+            await supervisor.stop()
+
+    def _inter_broker_client(self, client_id: str):
+        """(bootstrap, client config, security) of a client of this broker's inter-broker listener."""
         from pybroker.security.inter_broker import inter_broker_security
         cfg = self.config
         name = cfg.inter_broker_listener.name
         listener = next((a for a in self.advertised if a.name == name), self.advertised_listener)
-        client_config = {"client.id": f"schema-registry-{self.node_id}"}
+        client_config = {"client.id": client_id}
+        security = inter_broker_security(cfg)  # a SASL listener needs this broker's own credentials
+        if security is not None:
+            client_config["security.protocol"] = security.protocol
+            if security.sasl:
+                client_config.update({"sasl.mechanism": security.mechanism, "sasl.username": security.username,
+                                      "sasl.password": security.password})
+        return listener, client_config, security
+
+    async def _start_registry(self) -> None:
+        """The schema registry, a client of this broker's inter-broker listener with its security."""
+        from pybroker.registry import start_registry
+        cfg = self.config
         try:
-            security = inter_broker_security(cfg)  # a SASL listener needs this broker's own credentials
-            if security is not None:
-                client_config["security.protocol"] = security.protocol
-                if security.sasl:
-                    client_config.update({"sasl.mechanism": security.mechanism, "sasl.username": security.username,
-                                          "sasl.password": security.password})
+            listener, client_config, security = self._inter_broker_client(f"schema-registry-{self.node_id}")
             self.registry = await start_registry(
                 cfg.raw, f"{listener.host}:{listener.port}", client_config, cfg.zookeeper_connect,
                 _registry_authenticate(self.sasl) if self.sasl is not None else None,
@@ -182,8 +231,12 @@ class Broker:
         host, port = self.config.metrics_listener
         from pybroker.metrics.render import render
         self.metrics_server = await MetricsServer(self.metrics, host, port,
-                                                  render=lambda: render(self.services, self.ready, self.servers),
+                                                  render=lambda: render(self.services, self.ready, self.servers,
+                                                                       self._extra_metrics()),
                                                   health=lambda: (self.ready, self.readiness)).start()
+
+    def _extra_metrics(self) -> list:
+        return self.iceberg.metric_families() if self.iceberg is not None else []
 
     async def _start_listeners(self) -> None:
         from pybroker.net.limits import ConnectionLimits
@@ -307,7 +360,8 @@ class Broker:
 
     async def stop(self, timeout: float = 30.0) -> None:
         self.ready, self.readiness = False, "stopping"
-        await self._stop_registry()  # first: it is a client of the listeners about to close
+        await self._stop_iceberg()  # first: clients of the listeners about to close
+        await self._stop_registry()
         self._answer_parked()
         for server in self.servers:
             await server.stop(timeout)
@@ -327,6 +381,7 @@ class Broker:
 
     async def abandon(self) -> None:
         """An in-process ``kill``: stop serving and let go of the files, writing nothing."""
+        await self._stop_iceberg()
         await self._stop_registry()  # its HTTP port and ZooKeeper session go with the process
         for server in self.servers:
             await server.stop(0.0)
@@ -402,3 +457,11 @@ def _registry_authenticate(sasl):
                 return True
         return False
     return authenticate
+
+
+def _registry_url(raw) -> str:
+    """This broker's own schema registry, the default registry of the Iceberg value_schema_* modes."""
+    first = raw.get("schema.registry.listeners", "").split(",")[0].strip()
+    if not first:
+        return ""
+    return first.replace("://0.0.0.0:", "://127.0.0.1:").replace("://:", "://127.0.0.1:")

@@ -160,6 +160,7 @@ SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.c
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
 _SECRET_KEYS = ("ssl.keystore.password", "ssl.key.password", "ssl.keystore.key")
 SCHEMA_REGISTRY_PREFIX = "schema.registry."  # the registry's own keys: pybroker/registry/settings.py
+ICEBERG_PREFIX = "iceberg."  # topics as Iceberg tables: pybroker/iceberg/settings.py
 # keys that may also be set for one listener as listener.name.<listener, lower case>.<key>
 LISTENER_KEYS = set(SSL_KEYS) | {k for k in IGNORED if k.startswith("ssl.")} | {"max.connections"}
 
@@ -311,7 +312,7 @@ class BrokerConfig:
         for key in raw:
             suffix = _listener_key_suffix(key)
             if key in SUPPORTED or suffix in LISTENER_KEYS and suffix not in IGNORED or sasl_settings.is_sasl_key(key) \
-                    or key.startswith(SCHEMA_REGISTRY_PREFIX):
+                    or key.startswith(SCHEMA_REGISTRY_PREFIX) or key.startswith(ICEBERG_PREFIX):
                 continue
             kafka_key = KAFKA_BROKER_KEYS.get(key) or KAFKA_BROKER_KEYS.get(suffix or "")
             if kafka_key is None and key not in IGNORED and suffix not in IGNORED:
@@ -384,6 +385,7 @@ class BrokerConfig:
         _consumer_groups(raw, values)
         values["sasl"] = _sasl(raw, listeners, values)
         _schema_registry(raw)
+        _iceberg(raw)
         return cls(raw=MappingProxyType(dict(raw)), ignored=tuple(ignored), **values)
 
     def describe(self) -> dict[str, tuple[str | None, bool]]:
@@ -636,6 +638,17 @@ def _schema_registry(raw: Mapping[str, str]) -> None:
         return
     from pybroker.registry.settings import RegistrySettings
     RegistrySettings.from_raw(raw)  # raises ConfigError naming the key
+
+
+def _iceberg(raw: Mapping[str, str]) -> None:
+    """iceberg.* keys: checked by the Iceberg settings, so a bad one stops the broker at start."""
+    if not any(key.startswith(ICEBERG_PREFIX) for key in raw):
+        return
+    from pybroker.iceberg.settings import check_broker_keys
+    try:
+        check_broker_keys(raw)
+    except ValueError as e:
+        raise ConfigError(str(e), getattr(e, "key", None)) from None
 
 
 def _authorizer(raw: Mapping[str, str], values: dict) -> None:

@@ -86,8 +86,9 @@ class Exposition:
         return "\n".join(self._lines) + "\n"
 
 
-def render(services, ready: bool, servers) -> str:
-    """The exposition of a broker's typed services (pybroker/services.py), its readiness and its listeners."""
+def render(services, ready: bool, servers, extra=()) -> str:
+    """The exposition of a broker's typed services (pybroker/services.py), its readiness and its listeners;
+    ``extra``: more (name, kind, help, samples) families (the Iceberg translation's)."""
     out = Exposition()
     m = services.metrics
     _retire_deleted(services, m)
@@ -105,6 +106,8 @@ def render(services, ready: bool, servers) -> str:
     if services.coordinator is not None:
         _groups(out, services)
     _network(out, servers)
+    for name, kind, help_text, samples in extra:
+        out.family(name, kind, help_text, samples)
     _process(out, m)
     return out.text()
 

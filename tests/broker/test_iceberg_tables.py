@@ -1,0 +1,169 @@
+"""Topics as Iceberg tables, end to end: real broker processes, confluent-kafka producers, the table read
+back with pyiceberg and compared row for row with a read_committed consume of the topic."""
+import os
+import signal
+import sqlite3
+import urllib.request
+
+import pytest
+
+from tests.clientutil import wait_until
+from tests.icebergutil import catalog, no_duplicate_offsets, table_rows, topic_rows, wait_equal
+
+pytest.importorskip("pyiceberg")
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+LAG = {"iceberg.target.lag.ms": "1000"}
+
+
+def create(bootstrap, topic, partitions=3, **configs):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    configs = {"iceberg.mode": "key_value", **LAG, **configs}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
+
+
+def produce(bootstrap, topic, n, start=0, partitions=3, **conf):
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for i in range(start, start + n):
+        p.produce(topic, key=f"k{i}".encode() if i % 5 else None, value=f"v{i}".encode(), partition=i % partitions,
+                  headers=[("h", f"{i}".encode())] if i % 3 == 0 else None)
+    assert p.flush(30) == 0
+
+
+def worker_pids(broker_pid: int) -> list[int]:
+    """The broker's child processes running the translation worker."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == broker_pid and b"pybroker.iceberg.worker" in cmd:
+            out.append(int(pid))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_key_value_table_equals_the_committed_topic(broker_factory):
+    """Plain, idempotent and transactional producers (with aborted transactions) into one topic: the table
+    holds every committed record once, none of the aborted ones, with its key, value, headers, timestamp."""
+    b = broker_factory(overrides={"transaction.state.log.replication.factor": 1,
+                                  "transaction.state.log.min.isr": 1})
+    topic = "orders"
+    create(b.bootstrap, topic)
+    produce(b.bootstrap, topic, 60)
+    produce(b.bootstrap, topic, 60, start=60, **{"enable.idempotence": True})
+    tx = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-1", "linger.ms": 5})
+    tx.init_transactions(30)
+    for round_, commit in enumerate((True, False, True, False)):
+        tx.begin_transaction()
+        for i in range(20):
+            n = 1000 * (round_ + 1) + i
+            tx.produce(topic, key=b"t", value=f"{'c' if commit else 'a'}{n}".encode(), partition=i % 3)
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+    got, want = wait_equal(catalog(b.data_dir), b.bootstrap, topic, 3)
+    assert got == want
+    assert len(want) == 160 and no_duplicate_offsets(got)
+    assert not any(r[4].startswith(b"a") for r in got)  # nothing aborted
+
+
+def test_kill_9_during_translation_then_restart(broker_factory):
+    """kill -9 of the broker while its worker translates (and the worker goes with it); after a restart the
+    table resumes from its own progress: every committed offset once."""
+    b = broker_factory()
+    topic = "crashy"
+    create(b.bootstrap, topic)
+    cat = catalog(b.data_dir)
+    produce(b.bootstrap, topic, 300)
+    assert wait_until(lambda: len(table_rows(cat, topic)) > 0, timeout=60)
+    workers = worker_pids(b.proc.pid)
+    assert len(workers) == 1
+    produce(b.bootstrap, topic, 300, start=300)
+    b.kill()
+    assert wait_until(lambda: not alive(workers[0]), timeout=30)  # no orphan: its input ended with the broker
+    b.start()
+    produce(b.bootstrap, topic, 100, start=600)
+    got, want = wait_equal(cat, b.bootstrap, topic, 3)
+    assert got == want and len(want) == 700 and no_duplicate_offsets(got)
+
+
+def test_catalog_outage_pauses_then_resumes(broker_factory):
+    """The catalog's database locked by another process (the catalog is down): commits fail, the data stays
+    in the topic, and once the lock goes the table catches up exactly."""
+    port = _free_port()
+    b = broker_factory(overrides={"metrics.listener": f"http://127.0.0.1:{port}",
+                                  "iceberg.catalog.retry.ms": 200})
+    topic = "outage"
+    create(b.bootstrap, topic)
+    cat = catalog(b.data_dir)
+    produce(b.bootstrap, topic, 30)
+    assert wait_until(lambda: len(table_rows(cat, topic)) == 30, timeout=60)
+    db = sqlite3.connect(os.path.join(b.data_dir, "iceberg", "catalog.db"), timeout=30)
+    db.execute("BEGIN EXCLUSIVE")  # every read and write of the catalog now fails with "database is locked"
+    try:
+        produce(b.bootstrap, topic, 50, start=30)
+        assert wait_until(lambda: _metric(port, "pybroker_iceberg_failures_total", topic) >= 1, timeout=60)
+    finally:
+        db.rollback()
+        db.close()
+    got, want = wait_equal(cat, b.bootstrap, topic, 3)
+    assert got == want and len(want) == 80 and no_duplicate_offsets(got)
+    # the worker reports once a second: wait for the report after the last commit
+    assert wait_until(lambda: _metric(port, "pybroker_iceberg_commits_total", topic) >= 2, timeout=30)
+    assert wait_until(lambda: _metric(port, "pybroker_iceberg_records_written_total", topic) == 80, timeout=30)
+    assert wait_until(lambda: _metric(port, "pybroker_iceberg_lag_offsets", topic) == 0, timeout=30)
+
+
+def test_worker_killed_is_restarted(broker_factory):
+    b = broker_factory()
+    topic = "restarted"
+    create(b.bootstrap, topic)
+    produce(b.bootstrap, topic, 20)
+    cat = catalog(b.data_dir)
+    assert wait_until(lambda: len(table_rows(cat, topic)) == 20, timeout=60)
+    [pid] = worker_pids(b.proc.pid)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: worker_pids(b.proc.pid) and worker_pids(b.proc.pid) != [pid], timeout=60)
+    produce(b.bootstrap, topic, 20, start=20)
+    got, want = wait_equal(cat, b.bootstrap, topic, 3)
+    assert got == want and len(want) == 40
+
+
+def test_no_worker_without_iceberg_topics(broker_factory):
+    b = broker_factory()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("plain", 1, 1)])["plain"].result(30)
+    produce(b.bootstrap, "plain", 5, partitions=1)
+    assert topic_rows(b.bootstrap, "plain", 1)
+    assert worker_pids(b.proc.pid) == []
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metric(port: int, name: str, topic: str, **labels) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    want = {"topic": topic, **labels}
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in want.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
