@@ -1,8 +1,9 @@
 """Kafka 3.8's topic and broker configs: names, types, defaults, how each may change, and what each
 does here (the documentation DescribeConfigs v3+ returns).
 
-One table per resource type: ``TOPIC`` (the topic-level keys; their values, checks and broker-level
-synonyms live in pybroker/log/config.py) and ``BROKER`` (every key a Kafka 3.8 broker takes, with
+One table per resource type: ``TOPIC`` (the topic-level keys: Kafka's, ``KAFKA_TOPIC``, and
+pybroker's own extension keys, ``PYBROKER_TOPIC``; their values, checks and broker-level synonyms live
+in pybroker/log/config.py) and ``BROKER`` (every key a Kafka 3.8 broker takes, with
 Kafka's update mode: read-only, per-broker or cluster-wide). A key pybroker does not act on is
 still accepted, as Kafka accepts it, and its documentation says why it has no effect here.
 """
@@ -16,8 +17,8 @@ READ_ONLY, PER_BROKER, CLUSTER_WIDE = "read-only", "per-broker", "cluster-wide"
 _MODES = {"R": READ_ONLY, "B": PER_BROKER, "C": CLUSTER_WIDE}
 _INT_RANGES = {"INT": (-2**31, 2**31 - 1), "SHORT": (-2**15, 2**15 - 1), "LONG": (-2**63, 2**63 - 1)}
 
-# topic key -> (Kafka type, what it does here)
-TOPIC = MappingProxyType({
+# Kafka 3.8's topic keys -> (Kafka type, what it does here)
+KAFKA_TOPIC = MappingProxyType({
     "cleanup.policy": ("LIST", "delete: drop old segments by retention; compact: keep the latest record of each "
                                "key (the log cleaner); both may be given."),
     "compression.gzip.level": ("INT", "Level of gzip used when compression.type=gzip recompresses batches "
@@ -71,6 +72,30 @@ TOPIC = MappingProxyType({
     "unclean.leader.election.enable": ("BOOLEAN", "Whether an out-of-sync replica may become leader when no "
                                                   "in-sync replica is alive (with possible data loss)."),
 })
+# pybroker's own topic keys (no Kafka broker takes them; topic level only, no broker default): the topic
+# as an Apache Iceberg table <iceberg.namespace>.<topic>, written by the broker leading each partition
+PYBROKER_TOPIC = MappingProxyType({
+    "iceberg.mode": ("STRING", "pybroker's own: whether and how the broker leading each partition writes the topic's "
+                               "committed records into the Iceberg table <iceberg.namespace>.<topic>. disabled: no "
+                               "table; key_value: key and value as binary columns; value_schema_id_prefix: values "
+                               "framed with their schema registry id, decoded into columns of that schema; "
+                               "value_schema_latest: bare values decoded with the latest schema of subject "
+                               "<topic>-value. Every row also has the kafka column (partition, offset, timestamp, "
+                               "headers, key)."),
+    "iceberg.partition.spec": ("STRING", "pybroker's own: the partition fields the topic's Iceberg table is "
+                                         "created with, comma-separated: transform(column) with identity, year, "
+                                         "month, day, hour or void, bucket(N, column), truncate(W, column), or a "
+                                         "bare column (identity); columns are dotted names such as "
+                                         "kafka.timestamp; empty or () is unpartitioned."),
+    "iceberg.target.lag.ms": ("LONG", "pybroker's own: how long a record committed to the topic may wait before "
+                                      "an Iceberg commit puts it in the topic's table; smaller values make more, "
+                                      "smaller data files and snapshots."),
+    "iceberg.invalid.record.action": ("STRING", "pybroker's own: what becomes of a record the value_schema_* modes "
+                                                "cannot decode or write: dlq_table puts its raw value and the "
+                                                "reason in the table <topic>~dlq; drop skips it (counted in the "
+                                                "broker's metrics)."),
+})
+TOPIC = MappingProxyType({**KAFKA_TOPIC, **PYBROKER_TOPIC})  # every topic key this broker takes
 
 # broker keys pybroker takes and does not act on -> why (keys by name, then by prefix)
 IGNORED_REASONS = MappingProxyType({

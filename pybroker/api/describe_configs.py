@@ -1,8 +1,9 @@
 """DescribeConfigs: a topic's configs (its overrides and the broker defaults) or the broker's.
 
-Every key Kafka 3.8 describes is listed, with Kafka's types, password values hidden, and (v3+, when
-asked) documentation saying what the key does here, or that it is accepted and ignored and why
-(pybroker/config_catalog.py). v0 answers is_default in place of the config source.
+Every key Kafka 3.8 describes is listed (for a topic, pybroker's own iceberg.* keys too), with Kafka's
+types, password values hidden, and (v3+, when asked) documentation saying what the key does here, or
+that it is accepted and ignored and why (pybroker/config_catalog.py). v0 answers is_default in place
+of the config source.
 """
 from pybroker import config_catalog as catalog
 from pybroker.api.kafka_wording import default_message

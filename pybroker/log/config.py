@@ -10,6 +10,16 @@ LEVELS = {"compression_gzip_level": (1, 9), "compression_lz4_level": (1, 17),
 METADATA_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")  # Kafka's version strings: 0.10.0, 2.8-IV1, 3.0
 THROTTLED_REPLICAS = re.compile(r"\s*(\*|(\d+:\d+\s*(,\s*\d+:\d+\s*)*)?)\s*")  # "*" or "partition:broker,..."
 LONG_MAX = 2**63 - 1
+# pybroker's own topic keys iceberg.* (pybroker/iceberg, which this layer may not import: the lists are
+# kept here, and a unit test holds them equal to pybroker.iceberg.settings.MODES / INVALID_RECORD_ACTIONS)
+ICEBERG_MODES = ("disabled", "key_value", "value_schema_id_prefix", "value_schema_latest")
+ICEBERG_INVALID_RECORD_ACTIONS = ("dlq_table", "drop")
+ICEBERG_TRANSFORMS = ("identity", "year", "month", "day", "hour", "void")  # transform(column)
+ICEBERG_WIDTH_TRANSFORMS = ("bucket", "truncate")  # transform(N, column), N >= 1
+ICEBERG_COLUMN = re.compile(r"\w+(\.\w+)*")  # a dotted column name: kafka.timestamp, key, order.id
+_ICEBERG_CALL = re.compile(r"\s*(\w+)\s*\((.*)\)\s*", re.S)  # transform(args)
+_WIDTH = re.compile(r"[0-9]+")  # a bucket count or truncate width
+_WIDTH_MAX = 2**31 - 1  # an Iceberg int
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,11 @@ class LogConfig:
     remote_storage_enable: bool = False                  # remote.storage.enable (topic only)
     local_retention_ms: int = -2                         # local.retention.ms / log.local.retention.ms
     local_retention_bytes: int = -2                      # local.retention.bytes / log.local.retention.bytes
+    # pybroker's own (topic level only): the topic as an Iceberg table, written by its partitions' leaders
+    iceberg_mode: str = "disabled"                       # iceberg.mode: ICEBERG_MODES
+    iceberg_partition_spec: str = "hour(kafka.timestamp)"  # iceberg.partition.spec: the table's partition fields
+    iceberg_target_lag_ms: int = 60000                   # iceberg.target.lag.ms: how stale the table may get
+    iceberg_invalid_record_action: str = "dlq_table"     # iceberg.invalid.record.action: dlq_table or drop
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -76,6 +91,7 @@ class LogConfig:
                              "String must be one of: compact, delete")
         object.__setattr__(self, "cleanup_policy", ",".join(policies))
         self._check_kafka_only_settings()
+        self._check_iceberg_settings()
         object.__setattr__(self, "timestamp_bounds", self._timestamp_bounds())  # read on every produce
         object.__setattr__(self, "recompression", self._recompression())  # likewise
         # whether a produce must look into the records (recompress, bound timestamps, require keys)
@@ -113,6 +129,22 @@ class LogConfig:
         if self.remote_storage_enable:  # no tiered storage here, as a Kafka broker without a remote log system
             raise ValueError("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
                              "with remote log storage.")
+
+    def _check_iceberg_settings(self) -> None:
+        """The iceberg.* keys, checked in Kafka's words (the table itself checks the columns later)."""
+        for name, allowed in (("iceberg_mode", ICEBERG_MODES),
+                              ("iceberg_invalid_record_action", ICEBERG_INVALID_RECORD_ACTIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"Invalid value {getattr(self, name)} for configuration {TOPIC_NAMES[name]}: "
+                                 f"String must be one of: {', '.join(allowed)}")
+        if self.iceberg_target_lag_ms < 1:
+            raise ValueError(f"Invalid value {self.iceberg_target_lag_ms} for configuration iceberg.target.lag.ms: "
+                             "Value must be at least 1")
+        try:
+            iceberg_partition_fields(self.iceberg_partition_spec)
+        except ValueError as exc:
+            raise ValueError(f"Invalid value {self.iceberg_partition_spec} for configuration "
+                             f"iceberg.partition.spec: {exc}") from None
 
     def _recompression(self) -> tuple[int, int | None] | None:
         """(codec, level) every produced batch is stored in, or None to keep the producer's (compression.type)."""
@@ -209,9 +241,14 @@ TOPIC_NAMES = {
     "remote_storage_enable": "remote.storage.enable",
     "local_retention_ms": "local.retention.ms",
     "local_retention_bytes": "local.retention.bytes",
+    "iceberg_mode": "iceberg.mode",
+    "iceberg_partition_spec": "iceberg.partition.spec",
+    "iceberg_target_lag_ms": "iceberg.target.lag.ms",
+    "iceberg_invalid_record_action": "iceberg.invalid.record.action",
 }
 STRINGS = ("message_timestamp_type", "cleanup_policy", "leader_replication_throttled_replicas",
-           "follower_replication_throttled_replicas", "compression_type", "message_format_version")
+           "follower_replication_throttled_replicas", "compression_type", "message_format_version",
+           "iceberg_mode", "iceberg_partition_spec", "iceberg_invalid_record_action")
 BOOLS = ("unclean_leader_election_enable", "preallocate", "message_downconversion_enable", "remote_storage_enable")
 BROKER_NAMES = {
     "segment_bytes": "log.segment.bytes",
@@ -249,3 +286,62 @@ FLOATS = ("min_cleanable_dirty_ratio",)
 BY_PROPERTY = {prop: name for table in (TOPIC_NAMES, BROKER_NAMES) for name, prop in table.items()}
 BY_PROPERTY["log.retention.minutes"] = "retention_ms"
 BY_PROPERTY["log.retention.hours"] = "retention_ms"
+
+
+def iceberg_partition_fields(spec: str) -> list[tuple[str, int | None, str]]:
+    """(transform, width or None, column) of each field of an ``iceberg.partition.spec``, in order;
+    [] for "" or "()" (unpartitioned). A bare column is identity. Raises ValueError saying what is
+    wrong with the syntax; whether the columns exist is the table's business."""
+    body = spec.strip()
+    if body.startswith("(") and body.endswith(")"):  # the whole list may be wrapped once
+        body = body[1:-1]
+    if not body.strip():
+        return []
+    return [_iceberg_partition_field(part.strip()) for part in _top_level_parts(body)]
+
+
+def _iceberg_partition_field(part: str) -> tuple[str, int | None, str]:
+    if not part:
+        raise ValueError("a partition field is empty")
+    call = _ICEBERG_CALL.fullmatch(part)
+    if call is None:
+        if not ICEBERG_COLUMN.fullmatch(part):
+            raise ValueError(f"{part!r} is not a column name or a transform(column)")
+        return "identity", None, part
+    transform, args = call.group(1).lower(), [a.strip() for a in call.group(2).split(",")]
+    if transform in ICEBERG_WIDTH_TRANSFORMS:
+        if len(args) != 2:
+            raise ValueError(f"{transform} takes a width and a column: {transform}(N, column), got {part!r}")
+        width, column = args
+        if not _WIDTH.fullmatch(width) or not 1 <= int(width) <= _WIDTH_MAX:
+            raise ValueError(f"the width of {part!r} must be a whole number from 1 to {_WIDTH_MAX}")
+        parsed = int(width)
+    elif transform in ICEBERG_TRANSFORMS:
+        if len(args) != 1:
+            raise ValueError(f"{transform} takes one column: {transform}(column), got {part!r}")
+        column, parsed = args[0], None
+    else:
+        raise ValueError(f"unknown transform {call.group(1)!r} in {part!r} (one of: "
+                         f"{', '.join(ICEBERG_TRANSFORMS + ICEBERG_WIDTH_TRANSFORMS)})")
+    if not ICEBERG_COLUMN.fullmatch(column):
+        raise ValueError(f"{column!r} in {part!r} is not a column name")
+    return transform, parsed, column
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses; unbalanced parentheses are an error."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("unbalanced parentheses")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError("unbalanced parentheses")
+    parts.append(text[start:])
+    return parts

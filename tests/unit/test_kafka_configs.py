@@ -48,12 +48,17 @@ class Record:
 
 
 def test_the_topic_list_is_kafkas():
-    assert set(catalog.TOPIC) == set(TOPIC_NAMES.values()) == set(KAFKA_TOPIC_DEFAULTS) == set(OTHER_VALUES)
+    """Kafka's keys exactly, plus pybroker's own extension keys (catalog.PYBROKER_TOPIC), none of them Kafka's."""
+    assert set(catalog.KAFKA_TOPIC) == set(KAFKA_TOPIC_DEFAULTS) == set(OTHER_VALUES)
+    assert not set(catalog.PYBROKER_TOPIC) & set(KAFKA_TOPIC_DEFAULTS)
+    assert set(catalog.TOPIC) == set(TOPIC_NAMES.values()) == set(KAFKA_TOPIC_DEFAULTS) | set(catalog.PYBROKER_TOPIC)
 
 
 def test_every_topic_key_described_with_kafkas_default():
     described = {k: (v, overridden) for k, v, overridden in describe_topic_configs(Record({}), LogConfig())}
-    assert described == {k: (v, False) for k, v in KAFKA_TOPIC_DEFAULTS.items()}
+    kafkas = {k: row for k, row in described.items() if k not in catalog.PYBROKER_TOPIC}
+    assert kafkas == {k: (v, False) for k, v in KAFKA_TOPIC_DEFAULTS.items()}
+    assert set(described) - set(kafkas) == set(catalog.PYBROKER_TOPIC)
 
 
 @pytest.mark.parametrize("key", sorted(KAFKA_TOPIC_DEFAULTS))
