@@ -17,6 +17,10 @@ class PybrokerDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self):
+        if is_table_mode(self.options):  # an Iceberg table (a topic's, or any other) instead of topics
+            from pyspark_pybroker.table import table_schema
+
+            return table_schema(self.options)
         # checked here too so that load() already fails on a bad option
         opts = parse_read_options(self.options, streaming=None)
         if opts.registry is not None:  # typed keys/values: the reader schemas come from the registry
@@ -26,6 +30,10 @@ class PybrokerDataSource(DataSource):
         return spark_schema(include_headers(self.options))
 
     def reader(self, schema):
+        if is_table_mode(self.options):
+            from pyspark_pybroker.table import plan_table_read
+
+            return plan_table_read(self.options, schema)
         from pyspark_pybroker.batch import BatchReader
         from pyspark_pybroker.fetch import read_config
 
@@ -35,6 +43,7 @@ class PybrokerDataSource(DataSource):
         return BatchReader(opts, decoding)
 
     def streamReader(self, schema):
+        _refuse_table_mode(self.options, "streaming read (spark.readStream)")
         from pyspark_pybroker.fetch import read_config
         from pyspark_pybroker.stream import StreamReader
 
@@ -44,6 +53,7 @@ class PybrokerDataSource(DataSource):
         return StreamReader(opts, decoding)
 
     def writer(self, schema, overwrite: bool):
+        _refuse_table_mode(self.options, "write")
         from pyspark_pybroker.sink import BatchWriter, check_sink_schema, write_config
 
         opts = _write_options(self.options, overwrite)
@@ -52,12 +62,24 @@ class PybrokerDataSource(DataSource):
         return BatchWriter(opts)
 
     def streamWriter(self, schema, overwrite: bool):
+        _refuse_table_mode(self.options, "streaming write")
         from pyspark_pybroker.sink import StreamWriter, check_sink_schema, write_config
 
         opts = _write_options(self.options, overwrite)
         check_sink_schema(schema, opts)
         write_config(opts)
         return StreamWriter(opts)
+
+
+def is_table_mode(options) -> bool:
+    """True when option 'table' names an Iceberg table to read instead of topics."""
+    return "table" in {str(k).lower() for k in dict(options or {})}
+
+
+def _refuse_table_mode(options, what: str) -> None:
+    if is_table_mode(options):
+        raise OptionError(f"option 'table': the {SOURCE_NAME} source reads Iceberg tables in batch only; a {what} "
+                          f"works on topics (options 'subscribe'/'topic'), not tables")
 
 
 def _decoding(opts, schema):
