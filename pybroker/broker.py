@@ -171,9 +171,12 @@ class Broker:
             urls = self.registry.urls if self.registry is not None else ()
             return urls[0] if urls else _registry_url(cfg.raw)
 
-        self.iceberg = IcebergSupervisor(settings, f"{listener.host}:{listener.port}", client_config, self.node_id,
-                                         led, end_offset, registry_url)
-        self.iceberg.start()
+        supervisor = self.iceberg = IcebergSupervisor(settings, f"{listener.host}:{listener.port}", client_config,
+                                                      self.node_id, led, end_offset, registry_url)
+        supervisor.start()
+        cleaner = self.log_manager.cleaner
+        if cleaner is not None:
+            cleaner.high_watermark = lambda topic, partition: _cleanable_below(replicas, supervisor, topic, partition)
 
     async def _stop_iceberg(self) -> None:
         supervisor, self.iceberg = self.iceberg, None
@@ -457,6 +460,18 @@ def _registry_authenticate(sasl):
                 return True
         return False
     return authenticate
+
+
+def _cleanable_below(replicas, supervisor, topic: str, partition: int) -> int | None:
+    """Compaction stops at the high watermark and, on the leader of an iceberg topic, at what its table has
+    taken: records the table has not read yet are not compacted away (followers clean as usual)."""
+    p = replicas.partitions.get((topic, partition))
+    if p is None:
+        return None
+    hw = p.high_watermark
+    if not p.is_leader or p.log.config.iceberg_mode == "disabled":
+        return hw
+    return min(hw, supervisor.table_offset(topic, partition) or 0)
 
 
 def _registry_url(raw) -> str:

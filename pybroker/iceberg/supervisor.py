@@ -134,6 +134,12 @@ class IcebergSupervisor:
         if self._reader is not None:
             self._reader.cancel()
 
+    def table_offset(self, topic: str, partition: int) -> int | None:
+        """The next offset the partition's table holds, as the worker last said; None: not known (yet).
+        Any thread may ask (the log cleaner's)."""
+        state = self.status.get("tables", {}).get(topic, {}).get("partitions", {}).get(str(partition))
+        return None if state is None else state.get("table_offset") or 0
+
     # ---- metrics ---------------------------------------------------------------------------------
 
     def metric_families(self) -> list:

@@ -61,6 +61,7 @@ class TopicWriter:
         self.table = None  # loaded on first use (value modes: created with the first value schema)
         self.dlq_table = None
         self.failed_until = 0.0  # monotonic: a failed flush waits until then (catalog or registry down)
+        self.failing = False  # the last flush failed: fetching stops until one succeeds
         self._backoff_s = 0.0
         self._decoders: dict = {}  # schema id -> (decode, struct, error) (decode.py)
         self._fitted: dict = {}  # schema id -> (table schema id, error) of its last check against the table
@@ -136,7 +137,7 @@ class TopicWriter:
 
     @property
     def paused(self) -> bool:
-        return self.failed_until > time.monotonic() or self.pending.bytes >= 2 * self.settings.target_file_size_bytes
+        return self.failing or self.pending.bytes >= 2 * self.settings.target_file_size_bytes
 
     def _drop_pending(self, partitions: set) -> None:
         if not self.pending.batches or not partitions:
@@ -157,9 +158,11 @@ class TopicWriter:
             self.counters.failures += 1
             self._backoff_s = min(30.0, max(self.settings.catalog_retry_ms / 1000, self._backoff_s * 2))
             self.failed_until = time.monotonic() + self._backoff_s
+            self.failing = True
             raise
         self._backoff_s = 0.0
         self.failed_until = 0.0
+        self.failing = False
         return stale
 
     def _flush(self) -> set[int]:
