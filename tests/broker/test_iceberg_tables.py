@@ -167,3 +167,92 @@ def _metric(port: int, name: str, topic: str, **labels) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in want.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def test_records_deleted_before_the_table_took_them_are_reported(broker_factory):
+    """The catalog down, the log's start moved past what the table took (DeleteRecords, as retention would):
+    the worker says how many records the table lost, in a metric and a log line, and goes on from the new start."""
+    port = _free_port()
+    b = broker_factory(overrides={"metrics.listener": f"http://127.0.0.1:{port}", "iceberg.catalog.retry.ms": 200})
+    topic = "deleted"
+    create(b.bootstrap, topic, partitions=1)
+    cat = catalog(b.data_dir)
+    produce(b.bootstrap, topic, 10, partitions=1)
+    assert wait_until(lambda: len(table_rows(cat, topic)) == 10, timeout=60)
+    db = sqlite3.connect(os.path.join(b.data_dir, "iceberg", "catalog.db"), timeout=30)
+    db.execute("BEGIN EXCLUSIVE")
+    try:
+        produce(b.bootstrap, topic, 20, start=10, partitions=1)
+        assert wait_until(lambda: _metric(port, "pybroker_iceberg_failures_total", topic) >= 1, timeout=60)
+        produce(b.bootstrap, topic, 20, start=30, partitions=1)  # not fetched: the table's partition is paused
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for f in admin.delete_records([ck.TopicPartition(topic, 0, 45)]).values():
+            f.result(30)
+    finally:
+        db.rollback()
+        db.close()
+    assert wait_until(lambda: any(r[1] >= 45 for r in table_rows(cat, topic)), timeout=60)
+    offsets = [r[1] for r in table_rows(cat, topic)]
+    kept = [o for o in offsets if o < 45]
+    assert offsets == kept + list(range(45, 50)) and kept == list(range(len(kept)))  # a prefix, then the rest
+    lost = 45 - len(kept)
+    assert lost > 0
+    assert wait_until(lambda: _metric(port, "pybroker_iceberg_untranslated_deleted_records_total", topic) == lost,
+                      timeout=30)
+    assert "before the Iceberg table took them" in b.stderr()
+
+
+def test_compaction_waits_for_the_table(broker_factory):
+    """On a compacted iceberg topic the cleaner leaves alone what the table has not taken: with the catalog down
+    every superseded value stays in the log, and the table gets them all once the catalog is back."""
+    b = broker_factory(overrides={"log.cleaner.backoff.ms": 100, "iceberg.catalog.retry.ms": 200})
+    compacted = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                 "segment.bytes": "2000"}
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("plain-compacted", 1, 1, config=compacted)])["plain-compacted"].result(30)
+    cat = catalog(b.data_dir)
+    db = sqlite3.connect(os.path.join(b.data_dir, "iceberg", "catalog.db"), timeout=30)
+    db.execute("BEGIN EXCLUSIVE")  # before the table exists: it takes nothing until the end
+    try:
+        create(b.bootstrap, "table-compacted", partitions=1, **compacted)
+
+        def write(topic):  # batches below segment.bytes
+            p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.size": 1000})
+            errors = []
+            for i in range(200):
+                p.produce(topic, key=f"k{i % 5}".encode(), value=f"v{i}".encode(), partition=0,
+                          on_delivery=lambda err, _: errors.append(err) if err else None)
+                p.poll(0)
+            assert p.flush(30) == 0 and not errors, errors[:3]
+        write("plain-compacted")
+        write("table-compacted")
+        # the plain topic gets compacted (only ~5 keys' last values and the active segment stay) ...
+        assert wait_until(lambda: len(topic_rows(b.bootstrap, "plain-compacted", 1)) < 150, timeout=90)
+        # ... the iceberg one keeps every record its table has not taken
+        assert len(topic_rows(b.bootstrap, "table-compacted", 1)) == 200
+    finally:
+        db.rollback()
+        db.close()
+    assert wait_until(lambda: len(table_rows(cat, "table-compacted")) == 200, timeout=60)
+    assert [r[4] for r in table_rows(cat, "table-compacted")] == [f"v{i}".encode() for i in range(200)]
+
+
+def test_small_files_rewritten_and_snapshots_expired(broker_factory):
+    """Maintenance on a schedule: many small commits become few files, old snapshots go, rows stay equal."""
+    b = broker_factory(overrides={"iceberg.maintenance.interval.ms": 2000, "iceberg.small.files.to.rewrite": 4,
+                                  "iceberg.snapshot.max.age.ms": 1, "iceberg.snapshots.to.keep": 2})
+    topic = "tidy"
+    create(b.bootstrap, topic, partitions=1, **{"iceberg.target.lag.ms": "100", "iceberg.partition.spec": "()"})
+    cat = catalog(b.data_dir)
+    for i in range(8):  # one commit each
+        produce(b.bootstrap, topic, 5, start=5 * i, partitions=1)
+        assert wait_until(lambda n=5 * (i + 1): len(table_rows(cat, topic)) == n, timeout=60)
+    table = cat.load_table(("kafka", topic))
+
+    def files():
+        table.refresh()
+        return len(list(table.scan().plan_files()))
+    assert wait_until(lambda: files() < 4 and len(table.snapshots()) <= 3, timeout=60), \
+        (files(), len(table.snapshots()))
+    got, want = wait_equal(cat, b.bootstrap, topic, 1)
+    assert got == want and len(want) == 40
