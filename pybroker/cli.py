@@ -138,6 +138,8 @@ def _add_tool_commands(sub) -> None:
     add_transactions_command(sub)
     from pybroker.tools.schemas import add_parser as add_schemas_command  # the schema registry's REST API
     add_schemas_command(sub)
+    from pybroker.tools.iceberg_status import add_parser as add_iceberg_command  # tables' progress and lag
+    add_iceberg_command(sub)
 
 
 def main(argv=None) -> int:

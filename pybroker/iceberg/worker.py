@@ -21,6 +21,8 @@ log = logging.getLogger("pybroker.iceberg.worker")
 
 POLL_MS = 200
 STATUS_INTERVAL_S = 1.0
+FETCH_MIN_BYTES = 1 << 20
+FETCH_MAX_WAIT_MS = 100
 IDLE_NICE = 5  # below the broker: translation waits when both want the CPU
 
 
@@ -36,6 +38,8 @@ class Worker:
         self.catalog = open_catalog(self.settings)
         conf = {"bootstrap.servers": init["bootstrap"], "isolation.level": "read_committed",
                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                # fuller fetches: fewer, larger Arrow batches; the wait is small next to any target lag
+                "fetch.min.bytes": FETCH_MIN_BYTES, "fetch.max.wait.ms": FETCH_MAX_WAIT_MS,
                 "client.id": f"iceberg-{self.node_id}", **init.get("client", {})}
         self.consumer = Consumer(conf)
         self.writers: dict = {}  # topic -> TopicWriter
