@@ -151,6 +151,14 @@ class Broker:
             log.error("Iceberg tables are off: %s", e)
             return
         listener, client_config, _ = self._inter_broker_client(f"iceberg-{self.node_id}")
+        if client_config.get("security.protocol", "PLAINTEXT").endswith("SSL"):
+            # the worker is another process: it cannot share this broker's TLS context; a plain listener will do
+            plain = next((a for a in self.advertised if cfg.security_protocol(a.name) == "PLAINTEXT"), None)
+            if plain is None:
+                log.error("Iceberg tables are off: the translation worker needs a PLAINTEXT or SASL_PLAINTEXT "
+                          "inter-broker listener, or any PLAINTEXT listener")
+                return
+            listener, client_config = plain, {"client.id": client_config["client.id"]}
         replicas = self.replicas
 
         def led() -> dict:
