@@ -99,7 +99,7 @@ def partition_spec(text: str, schema):
             transform = simple[name]()
         else:
             raise ValueError(f"unknown partition transform {part.strip()!r}")
-        label = f"{column.replace('.', '_')}_{name}" if name != "identity" else column.replace(".", "_")
+        label = column.replace(".", "_") + ("" if name == "identity" else f"_{name}") + (f"_{arg}" if arg else "")
         fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=transform, name=label))
     return PartitionSpec(*fields)
 
@@ -143,6 +143,28 @@ def load_or_create(catalog, settings: IcebergSettings, topic: str, schema, spec_
         return catalog.load_table(ident)
 
 
+def align_spec(table, spec_text: str):
+    """Evolve the table's partition spec to the topic's iceberg.partition.spec when it was changed (new files
+    are partitioned the new way; files already written keep theirs). Returns the table."""
+    try:
+        wanted = partition_spec(spec_text, table.schema())
+    except ValueError as e:
+        log.error("table %s: partition spec %r: %s; the table keeps its spec", ".".join(table.name()), spec_text, e)
+        return table
+    current = table.spec()
+    shape = lambda spec: [(f.source_id, str(f.transform)) for f in spec.fields]  # noqa: E731
+    if shape(current) == shape(wanted):
+        return table
+    with table.update_spec() as update:
+        for field in current.fields:
+            update.remove_field(field.name)
+        for field in wanted.fields:
+            update.add_field(table.schema().find_column_name(field.source_id), field.transform, field.name)
+    log.info("table %s: partition spec is now %s", ".".join(table.name()), spec_text)
+    table.refresh()
+    return table
+
+
 def read_progress(table) -> dict[int, int]:
     """{partition: next offset} the table holds: the newest snapshot summary that has it."""
     snapshot = table.current_snapshot()
@@ -180,8 +202,7 @@ def commit(table, rows, expected: dict[int, int | None], ends: dict[int, int], n
         if new_schema is not None:
             with tx.update_schema() as update:
                 update.union_by_name(new_schema)
-        if batch.num_rows:
-            batch = batch.cast(tx.table_metadata.schema().as_arrow())
+        batch = batch.cast(tx.table_metadata.schema().as_arrow())  # the table's field ids, after any evolution
         tx.append(batch, snapshot_properties={PROGRESS_KEY: json.dumps({str(p): o for p, o in sorted(merged.items())})})
         try:
             tx.commit_transaction()

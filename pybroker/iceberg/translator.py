@@ -91,6 +91,7 @@ class TopicWriter:
             table = self.catalog.load_table(cat.identifier(self.settings, self.topic, dlq))
         except NoSuchTableError:
             return {}
+        table = cat.align_spec(table, self.table_settings.partition_spec)
         if dlq:
             self.dlq_table = table
         else:
