@@ -19,7 +19,7 @@ class IcebergSettings:
     warehouse: str = ""
     namespace: str = "kafka"
     catalog_properties: Mapping[str, str] = dataclasses.field(default_factory=dict)  # credentials, s3.*, ...
-    schema_registry_url: str = ""  # "" : none (the value_schema_* modes send every record to the DLQ)
+    schema_registry_url: str = ""  # "": none (value_schema_* tables wait, with a warning, until there is one)
     target_file_size_bytes: int = 128 * 1024 * 1024
     maintenance_interval_ms: int = 10 * 60 * 1000
     snapshot_max_age_ms: int = 60 * 60 * 1000  # older snapshots are expired (the newest few are kept)
