@@ -1,15 +1,18 @@
-"""bench/compare.py end to end: a tiny workload against one real broker, table and PNG produced.
+"""bench/compare.py and bench/bench_iceberg.py end to end: tiny workloads against real brokers.
 
-No timing assertions: only that the tool runs, measures something and writes its outputs.
+No timing assertions: only that the tools run, measure something and write their outputs.
 """
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.broker import ROOT
 
 COMPARE = os.path.join(ROOT, "bench", "compare.py")
+BENCH_ICEBERG = os.path.join(ROOT, "bench", "bench_iceberg.py")
 
 
 def test_compare_against_one_broker(broker, tmp_path):
@@ -52,3 +55,26 @@ def test_compare_spawns_its_own_broker(tmp_path):
     assert result["rates"] == [0.1]  # the workload's producerRate, 1000 x 100 B/s
     for name in ("pybroker", "alt"):
         assert result["runs"][0][name][0]["acked"] > 0
+
+
+def test_bench_iceberg_translation_and_produce_parts(tmp_path):
+    """Parts 1 and 3 of the Iceberg benchmark with 2 MB each: the table catches up with the topic and the
+    figures land in the table printed and in the JSON."""
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("confluent_kafka")
+    out = tmp_path / "iceberg.json"
+    done = subprocess.run([sys.executable, BENCH_ICEBERG, "--parts", "1,3", "--translate-megabytes", "2",
+                           "--translate-runs", "1", "--megabytes", "2", "--runs", "1", "--on-target-lag-ms", "1000",
+                           "--out", str(out)], capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 translation / plain consume" in done.stdout and "3 produce on / off" in done.stdout, done.stdout
+    result = json.loads(out.read_text())
+    [run] = result["part1"]["runs"]
+    assert run["records"] == 2_000_000 // 1024 + 4  # + the producer's warm-up record per partition
+    assert run["translate_records_s"] > 0 and run["consume_records_s"] > 0
+    assert run["translate_parquet_bytes"] > 2_000_000  # random values: the Parquet files hold every byte
+    rounds = result["part3"]["runs"]
+    assert [r["on"] for r in rounds] == [False, True]
+    assert all(r["mb_s"] > 0 and r["records"] == 2_000_000 // 1024 for r in rounds)
+    assert result["part3"]["medians"]["on_over_off"] > 0
+    assert "part2" not in result and "part4" not in result
