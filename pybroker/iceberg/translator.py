@@ -105,7 +105,8 @@ class TopicWriter:
         was retention deleting what the table had not taken yet."""
         now = time.monotonic()
         keep = []
-        for p, (first, last) in rowlib.offsets_by_partition(batch).items():
+        ranges = rowlib.offsets_by_partition(batch)
+        for p, (first, last) in ranges.items():
             state = self.partitions.get(p)
             if state is None:
                 continue
@@ -122,7 +123,7 @@ class TopicWriter:
             keep.append(p)
         if not keep:
             return
-        if len(keep) < len(self.partitions) or any(p not in self.partitions for p in keep):
+        if len(keep) < len(ranges):  # rows of partitions released meanwhile
             batch = batch.filter(pc.is_in(batch.column("partition"), value_set=pa.array(keep, pa.int32())))
         if not self.pending.batches:
             self.pending.since = now
