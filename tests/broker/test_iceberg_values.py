@@ -116,3 +116,48 @@ def _set_compatibility(url: str, subject: str, level: str) -> None:
                                  headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
+
+
+@pytest.mark.parametrize("mode", ["value_schema_id_prefix", "value_schema_latest"])
+def test_each_value_mode_from_plain_idempotent_and_transactional_producers(registry_broker, mode):
+    """The typed table equals a read_committed consume of the topic, decoded: plain, idempotent and
+    transactional producers, aborted transactions absent."""
+    broker, url = registry_broker
+    topic = f"typed-{mode.replace('_', '-')}"
+    create(broker.bootstrap, topic, mode)
+    sr = SchemaRegistryClient({"url": url})
+    from confluent_kafka.schema_registry import Schema
+    schema_id = sr.register_schema(f"{topic}-value", Schema(json.dumps(V1), "AVRO"))
+    parsed = fastavro.parse_schema(V1)
+
+    def encode(name, age):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, {"name": name, "age": age})
+        prefix = b"\x00" + schema_id.to_bytes(4, "big") if mode == "value_schema_id_prefix" else b""
+        return prefix + buf.getvalue()
+
+    plain = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    idem = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for i in range(10):
+        plain.produce(topic, value=encode(f"plain{i}", i), partition=i % 2)
+        idem.produce(topic, value=encode(f"idem{i}", i), partition=i % 2)
+    assert plain.flush(30) == 0 and idem.flush(30) == 0
+    tx = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{mode}", "linger.ms": 5})
+    tx.init_transactions(30)
+    for round_, commit in enumerate((True, False, True)):
+        tx.begin_transaction()
+        for i in range(6):
+            tx.produce(topic, value=encode(f"{'tx' if commit else 'aborted'}{round_}-{i}", i), partition=i % 2)
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+    consumed = topic_rows(broker.bootstrap, topic, 2)
+    want = sorted((p, o, dict(fastavro.schemaless_reader(
+        io.BytesIO(v[5:] if mode == "value_schema_id_prefix" else v), parsed)))
+        for p, o, _, _, v, _ in consumed)
+    assert len(want) == 32 and not any(r[2]["name"].startswith("aborted") for r in want)
+    cat = catalog(broker.data_dir)
+
+    def table():
+        return sorted((r["kafka"]["partition"], r["kafka"]["offset"], {"name": r["name"], "age": r["age"]})
+                      for r in rows_of(cat, topic))
+    assert wait_until(lambda: table() == want, timeout=90), (len(table()), len(want))
+    assert rows_of(cat, topic + "~dlq") == []
