@@ -272,11 +272,13 @@ class Log:
         return self.append_validated(self.validate(buffers, allow_control), leader_epoch=leader_epoch,
                                      assign_offsets=assign_offsets, timestamp_ms=timestamp_ms)
 
-    def validate(self, buffers, allow_control: bool = False, compacted: bool = False) -> list:
+    def validate(self, buffers, allow_control: bool = False, compacted: bool = False,
+                 ignore_record_size: bool = False) -> list:
         """Check every batch (CRC, lengths, counts, size limits); returns (view, BatchInfo) pairs.
 
         All or nothing: one bad batch anywhere raises a typed error naming it. ``compacted``
-        accepts batches the log cleaner rewrote (a follower copying a compacted leader log).
+        accepts batches the log cleaner rewrote (a follower copying a compacted leader log);
+        ``ignore_record_size`` skips max.message.bytes (a follower copies what its leader took, as Kafka's).
         """
         if isinstance(buffers, (bytes, bytearray, memoryview)):
             buffers = [buffers]
@@ -292,7 +294,7 @@ class Log:
                     self._check_declared_size(view, pos, max_bytes)  # as Kafka: size is checked before the CRC
                     raise
                 size = info.batch_length + 12
-                if size > max_bytes:
+                if size > max_bytes and not ignore_record_size:
                     raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
                 if size > self.config.segment_bytes:
                     raise RecordListTooLargeError(

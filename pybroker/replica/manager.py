@@ -119,6 +119,8 @@ class ReplicaManager:
         p = self.partitions.get(key)
         if p is None:
             lg = self.log_manager.get_or_create_log(state.topic, state.partition, log_config)
+            if log_config is not None and lg.config != log_config:  # recovered at start with the broker's defaults
+                lg.update_config(log_config)
             # a directory of another incarnation of the topic is refused (INCONSISTENT_TOPIC_ID)
             topic_id = partition_metadata.check_or_assign(lg.directory, topic_id) or topic_id
             hw = self.log_manager.loaded_high_watermarks.get(key)

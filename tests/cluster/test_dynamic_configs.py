@@ -60,3 +60,28 @@ def test_num_replica_fetchers_changes_live_and_replication_goes_on(cluster3):
         time.sleep(0.1)
     assert inc_alter(p2, "2", {"num.replica.fetchers": "0"})[0] == INVALID_CONFIG
 
+
+
+def test_a_restarted_brokers_logs_take_their_topic_configs(cluster3):
+    """The logs a broker recovers at start take their topic's configs (not the broker defaults) once the
+    controller hands it the partitions: a leader again after a restart refuses what the topic refuses."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.cluster.test_cluster_ops import leader_election, on_preferred_leaders
+    from tests.cluster.test_replication import wait_full_isr
+    admin = AdminClient({"bootstrap.servers": cluster3.bootstrap})
+    topic = "small-records"
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[2, 1, 3]],
+                                  config={"max.message.bytes": "2000"})])[topic].result(60)
+    wait_full_isr(cluster3, topic, 1)
+    cluster3.restart(2)
+    wait_full_isr(cluster3, topic, 1)
+    done = leader_election(cluster3, "--election-type", "preferred", "--all-topic-partitions")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert cluster3.wait_for(lambda: on_preferred_leaders(cluster3, topic), 60, "broker 2 leading again")
+    errors = []
+    p = Producer({"bootstrap.servers": cluster3.bootstrap, "acks": "all", "message.max.bytes": 100000})
+    p.produce(topic, value=b"x" * 10000, on_delivery=lambda err, _: errors.append(err))
+    assert p.flush(60) == 0
+    assert [e and e.code() for e in errors] == [KafkaError.MSG_SIZE_TOO_LARGE], errors
