@@ -37,7 +37,8 @@ from typing import Mapping, Sequence
 from pybroker.config_catalog import BROKER as KAFKA_BROKER_KEYS
 from pybroker.config_catalog import IGNORED_REASONS, check_value, ignored_reason
 from pybroker.log.config import BROKER_NAMES, LogConfig
-from pybroker.properties import INT_MAX, LONG_MAX, ConfigError, parse_bool, parse_float, parse_int, parse_properties
+from pybroker.properties import (INT_MAX, LONG_MAX, ConfigError, parse_bool, parse_float, parse_int,
+                                 read_properties_file)
 from pybroker.security.sasl import settings as sasl_settings
 from pybroker.security.tls import SSL_KEYS, listener_tls
 
@@ -280,16 +281,7 @@ class BrokerConfig:
         raw: dict[str, str] = {}
         where: dict[str, str] = {}
         if path is not None:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = data.decode("latin-1")  # Java's own encoding for .properties
-            for key, value, line in parse_properties(text, path):
+            for key, value, line in read_properties_file(path):
                 raw[key], where[key] = value, f"{path}:{line}"
         env = os.environ if env is None else env
         for name, value in env.items():

@@ -47,6 +47,21 @@ def parse_bool(key: str, value: str) -> bool:
     return text == "true"
 
 
+def read_properties_file(path: str) -> list[tuple[str, str, int]]:
+    """(key, value, line) of a .properties file (UTF-8, else Latin-1: Java's own encoding for them);
+    ConfigError when it cannot be read or parsed."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    return parse_properties(text, path)
+
+
 def parse_properties(text: str, source: str = "<properties>") -> list[tuple[str, str, int]]:
     """(key, value, line number) for each entry of a Java Properties text, in order."""
     lines = re.split(r"\r\n|\r|\n", text)

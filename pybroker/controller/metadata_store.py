@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
-from pybroker.config import ConfigError, check_cluster_id, parse_properties
+from pybroker.config import ConfigError, check_cluster_id
+from pybroker.properties import parse_properties
 from pybroker.errors import (InconsistentClusterIdError, InconsistentNodeIdError, InvalidConfigError,  # noqa: F401
                              InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError,
                              MetadataCorruptError, MetadataError, TopicExistsError, UnknownTopicError)

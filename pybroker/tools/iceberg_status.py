@@ -86,19 +86,10 @@ def catalog_settings(args) -> IcebergSettings:
 
 
 def broker_file_settings(path: str) -> IcebergSettings:
-    from pybroker.properties import ConfigError, parse_properties
+    from pybroker.properties import ConfigError, read_properties_file
     from pybroker.tools.wire import ToolError
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ToolError(f"--broker-config {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")  # Java's own encoding for .properties, as the broker reads it
-    try:
-        raw = {k: v for k, v, _ in parse_properties(text, path)}
+        raw = {k: v for k, v, _ in read_properties_file(path)}
     except ConfigError as exc:
         raise ToolError(f"--broker-config {path}: {exc}") from None
     dirs = [d.strip() for d in raw.get("log.dirs", raw.get("log.dir", BROKER_DEFAULT_LOG_DIR)).split(",")]

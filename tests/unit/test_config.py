@@ -4,7 +4,8 @@ import logging
 
 import pytest
 
-from pybroker.config import (BrokerConfig, ConfigError, IGNORED, Listener, SUPPORTED, parse_properties)
+from pybroker.config import BrokerConfig, ConfigError, IGNORED, Listener, SUPPORTED
+from pybroker.properties import parse_properties
 from pybroker.log.config import LONG_MAX, LogConfig
 from pybroker.logs import event, quote, setup_logging
 

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from pybroker.config import ConfigError, check_cluster_id, parse_properties
+from pybroker.config import ConfigError, check_cluster_id
+from pybroker.properties import parse_properties
 from pybroker.controller import metadata_store as ms
 from pybroker.controller.metadata_store import (
     InconsistentClusterIdError, InconsistentNodeIdError, InvalidConfigError, InvalidPartitionsError,
