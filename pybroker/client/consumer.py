@@ -444,6 +444,14 @@ class AsyncConsumer:
             timeout_ms, lambda: self._fetcher.take_tables(n, arrow.to_record_batch, max_records is None))
         return arrow.concat(tables) if tables else arrow.empty_batch()
 
+    async def poll_batches(self, timeout_ms: int = 1000) -> list:
+        """What is buffered as pyarrow.RecordBatches, one per partition and fetch response, without
+        concatenating them (no copy); [] on timeout."""
+        from pybroker.client import arrow
+        self._check_open()
+        return await self._take_when_ready(
+            timeout_ms, lambda: self._fetcher.take_tables(UNLIMITED, arrow.to_record_batch, True)) or []
+
     async def poll_raw(self, timeout_ms: int = 1000, max_bytes: int = RAW_POLL_BYTES) -> list:
         """The fetched record batches themselves, undecoded (for copying them elsewhere, as a mirror
         does): RawChunks of about ``max_bytes`` in all; [] on timeout. read_uncommitted only."""
@@ -856,18 +864,25 @@ class Consumer:
         """Like poll, as one pyarrow.RecordBatch. ``max_records`` default: what is buffered, up to one
         fetch response per partition (rows of several partitions are concatenated)."""
         from pybroker.client import arrow
-        a = self._async
         n = UNLIMITED if max_records is None else max(1, int(max_records))
+        return arrow.concat(self._take_tables(timeout_ms, n, max_records is None))
+
+    def poll_batches(self, timeout_ms: int = 1000) -> list:
+        """What is buffered as pyarrow.RecordBatches, one per partition and fetch response, without
+        concatenating them (no copy); [] on timeout."""
+        return self._take_tables(timeout_ms, UNLIMITED, True)
+
+    def _take_tables(self, timeout_ms: int, n: int, one_chunk_per_partition: bool) -> list:
+        from pybroker.client import arrow
+        a = self._async
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         while True:
             if a._events:
                 self._run_events()
             a._before_take(time.monotonic(), threadsafe=True)
-            tables = a._fetcher.take_tables(n, arrow.to_record_batch, max_records is None)
-            if tables:
-                return arrow.concat(tables)
-            if not self._wait(deadline):
-                return arrow.empty_batch()
+            tables = a._fetcher.take_tables(n, arrow.to_record_batch, one_chunk_per_partition)
+            if tables or not self._wait(deadline):
+                return tables
 
     def __iter__(self):
         return self

@@ -57,6 +57,11 @@ def offsets_by_partition(batch) -> dict[int, tuple[int, int]]:
     """{partition: (first offset, last offset)} of a batch."""
     parts = batch.column("partition")
     offsets = batch.column("offset")
+    if not len(parts):
+        return {}
+    bounds = pc.min_max(parts)
+    if bounds["min"] == bounds["max"]:  # the usual fetched batch: one partition, offsets ascending
+        return {bounds["min"].as_py(): (offsets[0].as_py(), offsets[-1].as_py())}
     out = {}
     for p in pc.unique(parts).to_pylist():
         mask = pc.equal(parts, p)

@@ -46,6 +46,7 @@ class Pending:
     batches: list = field(default_factory=list)
     bytes: int = 0
     since: float = 0.0  # monotonic time of the first buffered batch
+    ends: dict = field(default_factory=dict)  # partition -> next offset after its buffered rows
 
 
 class TopicWriter:
@@ -117,7 +118,7 @@ class TopicWriter:
                     self.counters.deleted_untranslated += lost
                     log.warning("topic %s partition %d: retention deleted %d records (offsets %d-%d) before the "
                                 "Iceberg table took them", self.topic, p, lost, state.position, start - 1)
-            state.position = last + 1
+            state.position = self.pending.ends[p] = last + 1
             if not state.pending_since:
                 state.pending_since = time.time()
             keep.append(p)
@@ -148,6 +149,8 @@ class TopicWriter:
         kept = [b.filter(pc.is_in(b.column("partition"), value_set=keep)) for b in self.pending.batches]
         self.pending.batches = [b for b in kept if b.num_rows]
         self.pending.bytes = sum(b.nbytes for b in self.pending.batches)
+        for p in partitions:
+            self.pending.ends.pop(p, None)
 
     # ---- committing ----------------------------------------------------------------------------
 
@@ -168,9 +171,16 @@ class TopicWriter:
         return stale
 
     def _flush(self) -> set[int]:
-        batch = pa.Table.from_batches(self.pending.batches).combine_chunks()
-        ends = {p: r[1] + 1 for p, r in rowlib.offsets_by_partition(batch).items()}
-        main_rows, dlq_rows = self._rows(batch)
+        ends = {p: e for p, e in self.pending.ends.items() if p in self.partitions}
+        main_parts, dlq_parts = [], []
+        for batch in self.pending.batches:  # batch by batch: the rows are chunks of one table, not copies
+            main, dlq = self._rows(batch)
+            if main is not None and main.num_rows:
+                main_parts.append(main)
+            if dlq is not None and dlq.num_rows:
+                dlq_parts.append(dlq)
+        main_rows = pa.concat_tables(main_parts) if main_parts else None
+        dlq_rows = pa.concat_tables(dlq_parts) if dlq_parts else None
         stale: set[int] = set()
         if dlq_rows is not None and dlq_rows.num_rows:
             stale |= self._commit_dlq(dlq_rows, ends)
@@ -216,7 +226,7 @@ class TopicWriter:
         self.counters.dlq_records += rows.num_rows
         return lost
 
-    def _rows(self, batch: pa.Table):
+    def _rows(self, batch):
         """(main rows, DLQ rows) of a buffered batch, by the topic's mode."""
         mode = self.table_settings.mode
         if mode == "key_value":

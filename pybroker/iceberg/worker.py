@@ -59,8 +59,7 @@ class Worker:
         while not self.closing:
             self._apply_updates()
             if self.owned:
-                batch = self.consumer.poll_batch(timeout_ms=POLL_MS)
-                if batch.num_rows:
+                for batch in self.consumer.poll_batches(timeout_ms=POLL_MS):  # one partition each, no copies
                     self._take(batch)
             else:
                 self._wait_for_update(POLL_MS / 1000)
@@ -78,13 +77,12 @@ class Worker:
         self.consumer.close(autocommit=False)
 
     def _take(self, batch) -> None:
-        import pyarrow.compute as pc
-        topics = batch.column("topic")
-        for topic in pc.unique(topics).to_pylist():
-            writer = self.writers.get(topic)
-            if writer is not None:
-                part = batch.filter(pc.equal(topics, topic)) if len(self.writers) > 1 else batch
-                writer.add(part, lambda p, t=topic: self._log_start(t, p))
+        if not batch.num_rows:
+            return
+        topic = batch.column("topic")[0].as_py()
+        writer = self.writers.get(topic)
+        if writer is not None:
+            writer.add(batch, lambda p: self._log_start(topic, p))
 
     def _log_start(self, topic: str, partition: int) -> int | None:
         try:

@@ -259,6 +259,39 @@ def test_poll_batch_matches_poll(broker):
         assert rest.column("offset").to_pylist() == [16, 17, 18, 19]
 
 
+def test_poll_batches_one_batch_per_partition_without_copies(broker):
+    """poll_batches: the buffered rows as RecordBatches of one partition each (sync and async), the same rows
+    as poll_batch gives, positions advanced alike."""
+    topic = new_topic(broker, 2)
+    sent = {0: produce(broker, topic, 30, partition=0, prefix="x"),
+            1: produce(broker, topic, 20, partition=1, prefix="y")}
+
+    def check(batches_seen):
+        rows = [r for b in batches_seen for r in b.to_pylist()]
+        assert all(b.schema == arrow.SCHEMA and len(set(b.column("partition").to_pylist())) == 1
+                   for b in batches_seen)
+        for part in (0, 1):
+            assert [r["value"] for r in rows if r["partition"] == part] == [s[1] for s in sent[part]]
+
+    with Consumer(conf(broker)) as c:
+        c.assign([(topic, 0, 0), (topic, 1, 0)])
+        seen, end = [], time.monotonic() + DEADLINE
+        while sum(b.num_rows for b in seen) < 50 and time.monotonic() < end:
+            seen += c.poll_batches(200)
+        check(seen)
+        assert c.position((topic, 0)) == 30 and c.position((topic, 1)) == 20
+        assert c.poll_batches(100) == []
+
+    async def run():
+        async with AsyncConsumer(conf(broker)) as c:
+            c.assign([(topic, 0, 0), (topic, 1, 0)])
+            seen, end = [], time.monotonic() + DEADLINE
+            while sum(b.num_rows for b in seen) < 50 and time.monotonic() < end:
+                seen += await c.poll_batches(200)
+            check(seen)
+    asyncio.run(run())
+
+
 def test_async_poll_batch(broker):
     topic = new_topic(broker)
     sent = produce(broker, topic, 25)

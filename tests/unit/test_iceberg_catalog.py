@@ -91,3 +91,32 @@ def test_value_tables_keep_the_kafka_column_first(setup):
     assert [f.name for f in schema.fields] == ["kafka", "n"] and not schema.find_field("n").required
     with pytest.raises(ValueError):
         cat.table_schema("value_schema_id_prefix", StructType(NestedField(100000, "kafka", LongType())))
+
+
+def test_rows_of_one_partition_are_written_as_pyiceberg_would(setup):
+    """The single-partition write path gives the same files' partition values and rows as pyiceberg's
+    general one, which still takes batches spanning several partitions."""
+    settings, catalog = setup
+    table = cat.load_or_create(catalog, settings, "hours", cat.table_schema("key_value"), "hour(kafka.timestamp)")
+    hour = datetime.datetime(2026, 1, 1, 5, tzinfo=datetime.timezone.utc)
+
+    def at(times, first):
+        rows = fetched([(0, first + i) for i in range(len(times))])
+        return rows.set_column(rows.schema.get_field_index("timestamp"), "timestamp",
+                               pa.array(times, pa.timestamp("ms", tz="UTC")))
+    one_hour = at([hour + datetime.timedelta(minutes=m) for m in (1, 2, 3)], 0)
+    meta = table.metadata
+    assert cat.single_partition_key(meta.spec(), meta.schema(), rowlib.key_value_rows(one_hour)) is not None
+    table, _ = cat.commit(table, rowlib.key_value_rows(one_hour), {0: None}, {0: 3})
+    two_hours = at([hour + datetime.timedelta(minutes=59), hour + datetime.timedelta(minutes=61)], 3)
+    assert cat.single_partition_key(meta.spec(), meta.schema(), rowlib.key_value_rows(two_hours)) is None
+    table, _ = cat.commit(table, rowlib.key_value_rows(two_hours), {0: 3}, {0: 5})
+    files = table.inspect.files().to_pylist()
+    hours_since_epoch = int(hour.timestamp() // 3600)
+    assert sorted((f["partition"]["kafka_timestamp_hour"], f["record_count"]) for f in files) == \
+        [(hours_since_epoch, 1), (hours_since_epoch, 3), (hours_since_epoch + 1, 1)]
+    assert sorted(r["kafka"]["offset"] for r in table.scan().to_arrow().to_pylist()) == [0, 1, 2, 3, 4]
+    from pyiceberg.expressions import GreaterThanOrEqual
+    later = table.scan(row_filter=GreaterThanOrEqual("kafka.timestamp", (hour + datetime.timedelta(hours=1))
+                                                     .isoformat())).to_arrow()
+    assert [r["kafka"]["offset"] for r in later.to_pylist()] == [4]
