@@ -23,7 +23,7 @@ POLL_MS = 200
 STATUS_INTERVAL_S = 1.0
 FETCH_MIN_BYTES = 1 << 20
 FETCH_MAX_WAIT_MS = 100
-IDLE_NICE = 5  # below the broker: translation waits when both want the CPU
+IDLE_NICE = 10  # below the broker: translation waits when both want the CPU
 
 
 class Worker:
