@@ -136,7 +136,10 @@ class Broker:
         if cfg.raw.get("schema.registry.listeners"):  # in the background: the Kafka listeners never wait for it
             self._registry_task = asyncio.get_running_loop().create_task(self._start_registry(),
                                                                          name="schema registry start")
-        self._start_iceberg()
+        try:
+            self._start_iceberg()
+        except Exception:  # tables are an extra: never a reason for the broker not to serve
+            log.exception("Iceberg tables are off")
         return self
 
     def _start_iceberg(self) -> None:
@@ -150,15 +153,6 @@ class Broker:
         except ValueError as e:
             log.error("Iceberg tables are off: %s", e)
             return
-        listener, client_config, _ = self._inter_broker_client(f"iceberg-{self.node_id}")
-        if client_config.get("security.protocol", "PLAINTEXT").endswith("SSL"):
-            # the worker is another process: it cannot share this broker's TLS context; a plain listener will do
-            plain = next((a for a in self.advertised if cfg.security_protocol(a.name) == "PLAINTEXT"), None)
-            if plain is None:
-                log.error("Iceberg tables are off: the translation worker needs a PLAINTEXT or SASL_PLAINTEXT "
-                          "inter-broker listener, or any PLAINTEXT listener")
-                return
-            listener, client_config = plain, {"client.id": client_config["client.id"]}
         replicas = self.replicas
 
         def led() -> dict:
@@ -179,12 +173,25 @@ class Broker:
             urls = self.registry.urls if self.registry is not None else ()
             return urls[0] if urls else _registry_url(cfg.raw)
 
-        supervisor = self.iceberg = IcebergSupervisor(settings, f"{listener.host}:{listener.port}", client_config,
-                                                      self.node_id, led, end_offset, registry_url)
+        supervisor = self.iceberg = IcebergSupervisor(settings, self._iceberg_connection, self.node_id, led,
+                                                      end_offset, registry_url)
         supervisor.start()
         cleaner = self.log_manager.cleaner
         if cleaner is not None:
             cleaner.high_watermark = lambda topic, partition: _cleanable_below(replicas, supervisor, topic, partition)
+
+    def _iceberg_connection(self) -> tuple[str, dict]:
+        """(bootstrap, client config) of the translation worker, asked when it starts; ValueError says why
+        it cannot connect (the broker serves on regardless)."""
+        listener, client_config, _ = self._inter_broker_client(f"iceberg-{self.node_id}")
+        if client_config.get("security.protocol", "PLAINTEXT").endswith("SSL"):
+            # the worker is another process: it cannot share this broker's TLS context; a plain listener will do
+            plain = next((a for a in self.advertised if self.config.security_protocol(a.name) == "PLAINTEXT"), None)
+            if plain is None:
+                raise ValueError("the translation worker needs a PLAINTEXT or SASL_PLAINTEXT inter-broker listener, "
+                                 "or any PLAINTEXT listener")
+            listener, client_config = plain, {"client.id": client_config["client.id"]}
+        return f"{listener.host}:{listener.port}", client_config
 
     async def _stop_iceberg(self) -> None:
         supervisor, self.iceberg = self.iceberg, None

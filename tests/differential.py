@@ -643,11 +643,18 @@ def _clip(value, n: int = 70) -> str:
 
 # ---- where pybroker answers differently on purpose -------------------------------------------------
 
+ICEBERG_CONFIGS = r".*configs\.name=iceberg\..*"
+ICEBERG_WHY = "pybroker's own topic configs (topics as Iceberg tables, docs/iceberg.md): listed beside Kafka's"
+
 # Where pybroker answers otherwise on purpose: Kafka's answer must not be copied (or is each broker's own).
 # {case, "tier:case" or "tier:*": [(step index or None for any, field path regex, why)]}
 EXPECTED_DIFFERENCES: dict[str, list[tuple]] = {
     "cluster:*": [
         (None, r"controller_id", "which broker wins the controller election is each cluster's own"),
+        (None, ICEBERG_CONFIGS, ICEBERG_WHY),
+    ],
+    "single:*": [
+        (None, ICEBERG_CONFIGS, ICEBERG_WHY),
     ],
     "api_versions": [
         (0, r"api_keys\.api_key=(1|2|10|18|68)\.max_version",

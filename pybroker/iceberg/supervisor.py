@@ -21,15 +21,16 @@ STOP_TIMEOUT_S = 10.0
 
 
 class IcebergSupervisor:
-    def __init__(self, settings: IcebergSettings, bootstrap: str, client_config: dict, node_id: int,
+    def __init__(self, settings: IcebergSettings, connection: Callable[[], tuple[str, dict]], node_id: int,
                  led: Callable[[], dict], end_offset: Callable[[str, int], int | None],
                  registry_url: Callable[[], str] = str):
-        """``led()``: {(topic, partition): topic table settings as a dict} of the iceberg partitions this
+        """``connection()``: (bootstrap, client config) of the worker's client, or ValueError saying why there
+        is none; ``led()``: {(topic, partition): topic table settings as a dict} of the iceberg partitions this
         broker leads now; ``end_offset(topic, partition)``: its last stable offset (for the lag);
         ``registry_url()``: the registry to use when iceberg.schema.registry.url is not set."""
         self.settings = settings
-        self.bootstrap = bootstrap
-        self.client_config = client_config
+        self.connection = connection
+        self.refused = ""  # why the worker cannot start (said once)
         self.node_id = node_id
         self.led = led
         self.end_offset = end_offset
@@ -80,6 +81,8 @@ class IcebergSupervisor:
             if not wanted or time.monotonic() < self._next_start:
                 return
             await self._spawn()
+            if self._proc is None:
+                return
         elif self._proc is not None and time.monotonic() - self.status.get("received", time.monotonic()) < 60:
             self._backoff = RESTART_BACKOFF_S[0]  # it has been reporting: a later exit starts over quickly
         if wanted != self._sent:
@@ -87,6 +90,14 @@ class IcebergSupervisor:
             self._sent = wanted
 
     async def _spawn(self) -> None:
+        try:
+            bootstrap, client_config = self.connection()
+        except ValueError as e:
+            if str(e) != self.refused:
+                log.error("Iceberg tables are off: %s", e)
+                self.refused = str(e)
+            self._next_start = time.monotonic() + RESTART_BACKOFF_S[1]
+            return
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "pybroker.iceberg.worker", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=None)
@@ -94,8 +105,8 @@ class IcebergSupervisor:
         settings = self.settings
         if not settings.schema_registry_url:
             settings = dataclasses.replace(settings, schema_registry_url=self.registry_url())
-        await self._send({"settings": settings.to_json(), "bootstrap": self.bootstrap,
-                          "client": self.client_config, "node_id": self.node_id})
+        await self._send({"settings": settings.to_json(), "bootstrap": bootstrap, "client": client_config,
+                          "node_id": self.node_id})
         self._reader = asyncio.get_running_loop().create_task(self._read(self._proc), name="iceberg status")
 
     async def _send(self, message: dict) -> None:

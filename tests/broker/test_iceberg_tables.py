@@ -256,3 +256,26 @@ def test_small_files_rewritten_and_snapshots_expired(broker_factory):
         (files(), len(table.snapshots()))
     got, want = wait_equal(cat, b.bootstrap, topic, 1)
     assert got == want and len(want) == 40
+
+
+def test_a_worker_that_cannot_connect_leaves_the_broker_serving(tmp_path):
+    """A SASL broker without inter-broker credentials (a valid single node): its worker has no way in, so the
+    broker says why the tables are off, once, and serves clients as before."""
+    from tests.broker import BrokerProcess
+    from tests.broker.test_sasl import PASSWORDS, SASL
+    b = BrokerProcess(str(tmp_path / "data"), SASL).start()
+    try:
+        client = {"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                  "sasl.username": "alice", "sasl.password": PASSWORDS["PLAIN"]}
+        admin = AdminClient(client)  # kept referenced until the result is in
+        admin.create_topics([NewTopic("locked-out", 1, 1, config={"iceberg.mode": "key_value"})])[
+            "locked-out"].result(30)
+        assert wait_until(lambda: "Iceberg tables are off" in b.stderr(), timeout=30)
+        p = ck.Producer(client)
+        p.produce("locked-out", value=b"still served")
+        assert p.flush(30) == 0
+        assert b.alive() and worker_pids(b.proc.pid) == []
+        assert b.stderr().count("Iceberg tables are off") == 1
+    finally:
+        b.stop()
+        b.close()
