@@ -25,6 +25,12 @@ def tracked_copy(dest: str) -> None:
             shutil.copy2(os.path.join(ROOT, name), os.path.join(dest, name))
 
 
+def clean_env() -> dict:
+    """This environment without PYTHONPATH (the Spark tests put this checkout on it for their workers): the
+    virtualenv must import only what it installed."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def install_command(venv: str, src: str, tmp: str) -> list:
     pip = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--quiet", src]
     if os.path.exists(SYSTEM_HEADER) and os.geteuid() == 0 and shutil.which("unshare"):
@@ -42,21 +48,22 @@ def test_a_fresh_virtualenv_builds_every_native_module_and_serves_quietly(tmp_pa
     src, venv, run = str(tmp_path / "src"), str(tmp_path / "venv"), tmp_path / "run"
     tracked_copy(src)
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    built = subprocess.run(install_command(venv, src, str(tmp_path)), capture_output=True, text=True, timeout=900)
+    built = subprocess.run(install_command(venv, src, str(tmp_path)), capture_output=True, text=True, timeout=900,
+                           env=clean_env())
     assert built.returncode == 0, built.stderr[-4000:]
     python = os.path.join(venv, "bin", "python")
     run.mkdir()
     load_all = ("import importlib; from pybroker import core; "
                 "print(*[importlib.import_module(f'pybroker._native.{n}').__file__ for n in core.MODULES])")
     loaded = subprocess.run([python, "-W", "error", "-c", load_all], cwd=run, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, env=clean_env())
     assert loaded.returncode == 0, loaded.stderr
     assert all(path.startswith(venv) and path.endswith(".so") for path in loaded.stdout.split()), loaded.stdout
     ready = run / "ready"
     with open(run / "err", "w") as err:
         proc = subprocess.Popen([python, "-m", "pybroker", "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
                                  "--override", f"log.dirs={run / 'data'}", "--ready-file", str(ready)],
-                                cwd=run, stdout=subprocess.DEVNULL, stderr=err)
+                                cwd=run, stdout=subprocess.DEVNULL, stderr=err, env=clean_env())
     try:
         deadline = time.monotonic() + 60
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
