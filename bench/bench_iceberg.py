@@ -57,6 +57,7 @@ for _path in (ROOT, BENCH):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from cluster_clients import send_blocking  # noqa: E402
 from measure import PRODUCER, cpu_seconds, in_turn, run_json  # noqa: E402
 
 PARTITIONS = 4
@@ -134,17 +135,8 @@ class Broker:
 
 def worker_pid(broker_pid: int) -> int:
     """The broker's child process running pybroker.iceberg.worker."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if ppid == broker_pid and b"pybroker.iceberg.worker" in cmd:
-            found.append(int(pid))
+    from tests.icebergutil import worker_pids
+    found = worker_pids(broker_pid)
     if len(found) != 1:
         raise RuntimeError(f"expected one translation worker under broker {broker_pid}, found {found}")
     return found[0]
@@ -259,24 +251,13 @@ class Values:
         return self.buf[o:o + self.size]
 
 
-def _send(p, topic: str, value: bytes, partition: int, cb, deadline: float) -> None:
-    while True:
-        try:
-            p.produce(topic, value, partition=partition, on_delivery=cb)
-            return
-        except BufferError:
-            p.poll(0.001)
-            if time.monotonic() > deadline:
-                raise TimeoutError("the producer's queue stayed full")
-
-
 def _producer(args):
     """A confluent-kafka producer with PRODUCER's knobs, its connections and metadata warmed up by one
     acknowledged record per partition (untimed)."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": args.bootstrap, **PRODUCER})
     for part in range(args.partitions):
-        _send(p, args.topic, b"w" * args.size, part, None, time.monotonic() + 60)
+        send_blocking(p, args.topic, b"w" * args.size, part, None, time.monotonic() + 60)
     if p.flush(60):
         raise RuntimeError("warm-up records not acknowledged")
     return p
@@ -298,7 +279,7 @@ def produce_role(args) -> dict:
     deadline = time.monotonic() + WAIT_S
     start = time.perf_counter()
     for i in range(args.records):
-        _send(p, args.topic, values[i], i % args.partitions, delivered, deadline)
+        send_blocking(p, args.topic, values[i], i % args.partitions, delivered, deadline)
         if i % 10000 == 0:
             p.poll(0)
     p.flush(max(1.0, deadline - time.monotonic()))
@@ -360,7 +341,7 @@ def paced_produce_role(args) -> dict:
     while (elapsed := time.monotonic() - start) < args.seconds:
         due = int(per_second * elapsed) - sent  # paced by elapsed time: sleeps that overshoot catch up
         for _ in range(max(due, 0)):
-            _send(p, args.topic, values[sent], sent % args.partitions, delivered, start + args.seconds + 60)
+            send_blocking(p, args.topic, values[sent], sent % args.partitions, delivered, start + args.seconds + 60)
             sent += 1
         p.poll(0)
         time.sleep(0.0005)

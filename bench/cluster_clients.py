@@ -70,7 +70,8 @@ def _producer(args, on_error=None) -> Producer:
     return Producer(conf)
 
 
-def _send(p: Producer, topic: str, value: bytes, partition: int, cb, deadline: float) -> None:
+def send_blocking(p: Producer, topic: str, value: bytes, partition: int, cb, deadline: float) -> None:
+    """produce(), waiting (polling) while the producer's queue is full, until ``deadline``."""
     while True:
         try:
             p.produce(topic, value, partition=partition, on_delivery=cb)
@@ -85,7 +86,7 @@ def _warm_up(p: Producer, args, value: bytes) -> float:
     """One record per partition, acknowledged, before the clock starts (connections, metadata, producer id)."""
     start = time.perf_counter()
     for part in range(args.partitions):
-        _send(p, args.topic, value, part, None, time.monotonic() + 60)
+        send_blocking(p, args.topic, value, part, None, time.monotonic() + 60)
     p.flush(60)
     return time.perf_counter() - start
 
@@ -106,7 +107,7 @@ def produce(args) -> dict:
     deadline = time.monotonic() + MAX_SECONDS
     start = time.perf_counter()
     for i in range(args.count):
-        _send(p, args.topic, value, i % args.partitions, delivered, deadline)
+        send_blocking(p, args.topic, value, i % args.partitions, delivered, deadline)
         if i % 10000 == 0:
             p.poll(0)
     p.flush(max(1.0, deadline - time.monotonic()))
@@ -135,7 +136,7 @@ def latency(args) -> dict:
     while (elapsed := time.perf_counter() - start) < seconds:
         due = int(per_second * elapsed) - sent  # paced by elapsed time: sleeps that overshoot catch up
         for _ in range(max(due, 0)):
-            _send(p, args.topic, value, sent % args.partitions, delivered, start + seconds + 5)
+            send_blocking(p, args.topic, value, sent % args.partitions, delivered, start + seconds + 5)
             sent += 1
         p.poll(0)
         time.sleep(0.0005)
@@ -168,7 +169,7 @@ def failover(args) -> dict:
     while (now := time.monotonic()) - start < seconds:
         due = int(args.rate * (now - start)) - sent
         for _ in range(max(due, 0)):
-            _send(p, args.topic, value, sent % args.partitions, callback(time.monotonic()), start + seconds + 5)
+            send_blocking(p, args.topic, value, sent % args.partitions, callback(time.monotonic()), start + seconds + 5)
             sent += 1
         p.poll(0.002)
         # steady for at least two seconds, partition 0 acknowledging: the caller may strike now

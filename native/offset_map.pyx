@@ -841,17 +841,27 @@ cdef int find_keyless(const uint8_t *p, Py_ssize_t n, Walk *w) noexcept nogil:
     return W_OK
 
 
+cdef int skip_field(const uint8_t *p, Py_ssize_t *q, Py_ssize_t end, int64_t lowest, int kind,
+                    Walk *w) noexcept nogil:
+    """A varint length (``lowest`` -1: nullable) and that many bytes, within ``end``: 0 or ``kind``."""
+    cdef int64_t n
+    cdef int e = read_varint(p, q, end, &n)
+    if e:
+        return e
+    if n < lowest or n > end - q[0]:
+        w.err.a = n
+        return kind
+    q[0] += n if n > 0 else 0
+    return 0
+
+
 cdef int check_rest(const uint8_t *p, Head *r, Walk *w) noexcept nogil:
     """The record's value and headers, after its key, fill it exactly: 0 or an error kind (w.err.a)."""
     cdef Py_ssize_t q = r.key_pos + (r.klen if r.klen > 0 else 0)
-    cdef int64_t vlen, count, j, klen, hlen
-    cdef int e = read_varint(p, &q, r.end, &vlen)
+    cdef int64_t count, j
+    cdef int e = skip_field(p, &q, r.end, -1, E_VALUE, w)
     if e:
         return e
-    if vlen < -1 or vlen > r.end - q:
-        w.err.a = vlen
-        return E_VALUE
-    q += vlen if vlen > 0 else 0
     e = read_varint(p, &q, r.end, &count)
     if e:
         return e
@@ -859,20 +869,12 @@ cdef int check_rest(const uint8_t *p, Head *r, Walk *w) noexcept nogil:
         w.err.a = count
         return E_HEADERS
     for j in range(count):
-        e = read_varint(p, &q, r.end, &klen)
+        e = skip_field(p, &q, r.end, 0, E_HEADER_KEY, w)
         if e:
             return e
-        if klen < 0 or klen > r.end - q:
-            w.err.a = klen
-            return E_HEADER_KEY
-        q += klen
-        e = read_varint(p, &q, r.end, &hlen)
+        e = skip_field(p, &q, r.end, -1, E_HEADER_VALUE, w)
         if e:
             return e
-        if hlen < -1 or hlen > r.end - q:
-            w.err.a = hlen
-            return E_HEADER_VALUE
-        q += hlen if hlen > 0 else 0
     if q != r.end:
         w.err.a = r.end - q
         return E_REC_REST

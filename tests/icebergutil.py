@@ -1,5 +1,7 @@
-"""Helpers of the Iceberg table tests: a topic's table read back with pyiceberg, and the topic read
-back with confluent-kafka read_committed, in the same row shape so they compare as lists."""
+"""Helpers of the Iceberg table tests (and bench/bench_iceberg.py): a topic's table read back with pyiceberg,
+the topic read back with confluent-kafka read_committed in the same row shape so they compare as lists, and
+the broker's translation worker processes."""
+import os
 import time
 
 from tests.clientutil import wait_until
@@ -76,3 +78,21 @@ def wait_equal(cat, bootstrap: str, topic: str, partitions: int, timeout: float 
 def no_duplicate_offsets(rows) -> bool:
     keys = [(r[0], r[1]) for r in rows]
     return len(keys) == len(set(keys))
+
+
+def worker_pids(broker_pid: int) -> list[int]:
+    """The broker's child processes running the translation worker."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == broker_pid and b"pybroker.iceberg.worker" in cmd:
+            out.append(int(pid))
+    return out

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from tests.clientutil import wait_until
-from tests.icebergutil import catalog, no_duplicate_offsets, table_rows, topic_rows, wait_equal
+from tests.icebergutil import catalog, no_duplicate_offsets, table_rows, topic_rows, wait_equal, worker_pids
 
 pytest.importorskip("pyiceberg")
 ck = pytest.importorskip("confluent_kafka")
@@ -29,24 +29,6 @@ def produce(bootstrap, topic, n, start=0, partitions=3, **conf):
         p.produce(topic, key=f"k{i}".encode() if i % 5 else None, value=f"v{i}".encode(), partition=i % partitions,
                   headers=[("h", f"{i}".encode())] if i % 3 == 0 else None)
     assert p.flush(30) == 0
-
-
-def worker_pids(broker_pid: int) -> list[int]:
-    """The broker's child processes running the translation worker."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if ppid == broker_pid and b"pybroker.iceberg.worker" in cmd:
-            out.append(int(pid))
-    return out
 
 
 def alive(pid: int) -> bool:

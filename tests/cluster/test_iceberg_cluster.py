@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from tests.broker.test_iceberg_tables import alive, worker_pids
+from tests.broker.test_iceberg_tables import alive
 from tests.cluster import Cluster, require_zookeeper
 from tests.cluster.test_cluster_ops import leader_election, on_preferred_leaders
 from tests.cluster.test_reassignment import assignment, tool, wait_done, write_plan
 from tests.cluster.test_replication import wait_full_isr
-from tests.icebergutil import DEADLINE, catalog, no_duplicate_offsets, table_rows, topic_rows
+from tests.icebergutil import DEADLINE, catalog, no_duplicate_offsets, table_rows, topic_rows, worker_pids
 from tests.replication_checks import LoggedProducer
 
 pytest.importorskip("pyiceberg")
