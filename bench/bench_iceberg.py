@@ -57,7 +57,7 @@ for _path in (ROOT, BENCH):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from cluster_clients import send_blocking  # noqa: E402
+from cluster_clients import delivery_tally, send_blocking  # noqa: E402
 from measure import PRODUCER, cpu_seconds, in_turn, run_json  # noqa: E402
 
 PARTITIONS = 4
@@ -267,14 +267,7 @@ def produce_role(args) -> dict:
     """``--records`` records as fast as they are taken, round-robin over the partitions."""
     values = Values(args.size)
     p = _producer(args)
-    state = {"ok": 0, "failed": 0, "first_error": ""}
-
-    def delivered(err, _msg):
-        if err is None:
-            state["ok"] += 1
-        else:
-            state["first_error"] = state["first_error"] or str(err)
-            state["failed"] += 1
+    state, delivered = delivery_tally()
 
     deadline = time.monotonic() + WAIT_S
     start = time.perf_counter()

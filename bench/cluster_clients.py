@@ -82,6 +82,19 @@ def send_blocking(p: Producer, topic: str, value: bytes, partition: int, cb, dea
                 raise TimeoutError("producer queue stayed full")
 
 
+def delivery_tally():
+    """(state, on_delivery callback): acknowledged and failed records counted, the first error kept."""
+    state = {"ok": 0, "failed": 0, "first_error": ""}
+
+    def delivered(err, _msg):
+        if err is None:
+            state["ok"] += 1
+        else:
+            state["first_error"] = state["first_error"] or str(err)
+            state["failed"] += 1
+    return state, delivered
+
+
 def _warm_up(p: Producer, args, value: bytes) -> float:
     """One record per partition, acknowledged, before the clock starts (connections, metadata, producer id)."""
     start = time.perf_counter()
@@ -94,14 +107,7 @@ def _warm_up(p: Producer, args, value: bytes) -> float:
 def produce(args) -> dict:
     p = _producer(args)
     value = (bytes(range(256)) * (args.size // 256 + 1))[:args.size]
-    state = {"ok": 0, "failed": 0, "first_error": ""}
-
-    def delivered(err, _msg):
-        if err is None:
-            state["ok"] += 1
-        else:
-            state["first_error"] = state["first_error"] or str(err)
-            state["failed"] += 1
+    state, delivered = delivery_tally()
 
     warm = _warm_up(p, args, value)
     deadline = time.monotonic() + MAX_SECONDS
