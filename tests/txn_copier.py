@@ -40,7 +40,9 @@ def main(argv: list[str]) -> int:
     partitions, total = int(partitions), int(total)
     batch = int(argv[7]) if len(argv) > 7 else 100
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5,
-                         "transaction.timeout.ms": 10000, "log_level": 4})
+                         # a failover (session expiry, election, the new leader found) fits well inside
+                         # it: the records of a transaction time out with it, and the producer is fenced
+                         "transaction.timeout.ms": 30000, "log_level": 4})
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest", "log_level": 4})
     # fences any earlier incarnation and settles its open transaction before offsets are read

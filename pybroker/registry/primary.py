@@ -17,6 +17,9 @@ class Primary(Protocol):
     def primary_url(self) -> str | None:
         """The primary registry's base URL (None: no primary known now)."""
 
+    async def wait_decided(self, timeout_s: float) -> bool:
+        """Wait (bounded) until some registry is known as the primary; whether one is."""
+
     async def close(self) -> None: ...
 
 
@@ -36,6 +39,9 @@ class SinglePrimary:
     @property
     def primary_url(self) -> str | None:
         return self.url
+
+    async def wait_decided(self, timeout_s: float) -> bool:
+        return True
 
     async def close(self) -> None:
         pass
@@ -58,6 +64,9 @@ class FixedPrimary:
     @property
     def primary_url(self) -> str | None:
         return self._url
+
+    async def wait_decided(self, timeout_s: float) -> bool:
+        return self._is_primary or self._url is not None
 
     async def close(self) -> None:
         pass

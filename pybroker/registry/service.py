@@ -372,6 +372,9 @@ class SchemaRegistry:
 
     async def write(self, request: ForwardedRequest, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run a write here when this registry is the primary, else forward ``request`` to the primary."""
+        if not self.primary.is_primary and self.primary.primary_url is None:
+            # an election under way (a registry starting, a primary gone): wait for its outcome
+            await self.primary.wait_decided(self.settings.request_timeout_s)
         if self.primary.is_primary:
             try:
                 return await operation()

@@ -73,8 +73,8 @@ class ZkPrimary:
         deadline = self._loop.time() + timeout_s
         while self._primary_url is None and self._loop.time() < deadline:
             self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), max(0.0, deadline - self._loop.time()))
+            try:  # in slices: the election keeper clears the same event
+                await asyncio.wait_for(self._changed.wait(), min(0.5, max(0.0, deadline - self._loop.time())))
             except asyncio.TimeoutError:
                 pass
         return self._primary_url is not None

@@ -79,7 +79,8 @@ def test_reads_everywhere_and_writes_forwarded_to_the_primary(registry_cluster):
     primary = primary_url(cluster)
     others = [u for u in urls.values() if u != primary]
     # the topic is replicated to every broker
-    assert sorted(cluster.partition_state("_schemas", 0)["isr"]) == [1, 2, 3]
+    Cluster.wait_for(lambda: sorted(cluster.partition_state("_schemas", 0)["isr"]) == [1, 2, 3], 30,
+                     "_schemas in sync on every broker")
 
     ids = {}
     for n, url in enumerate(others):

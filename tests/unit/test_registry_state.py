@@ -118,6 +118,38 @@ def test_writes_forwarded_to_the_primary(loop, nodes):
     assert secondary.request("GET", "/subjects")[1] == []
 
 
+class ElectedLater(FixedPrimary):
+    """No primary known until ``elect(url)`` (an election under way); ``wait_decided`` waits for it."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.decided = asyncio.Event()
+        self.waited = False
+
+    def elect(self, url: str) -> None:
+        self._url = url
+        self.decided.set()
+
+    async def wait_decided(self, timeout_s: float) -> bool:
+        self.waited = True
+        try:
+            await asyncio.wait_for(self.decided.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        return self._url is not None
+
+
+def test_a_write_during_an_election_waits_for_its_outcome(loop, nodes):
+    topic = memory_topic(loop)
+    primary = nodes(topic)
+    electing = ElectedLater()
+    secondary = nodes(topic, primary=electing)
+    loop.loop.call_soon_threadsafe(loop.loop.call_later, 0.3, electing.elect, primary.url)
+    status, body, _ = secondary.request("POST", "/subjects/s/versions", {"schema": schema("S", "x")})
+    assert (status, body) == (200, {"id": 1}) and electing.waited
+    assert secondary.request("GET", "/subjects")[1] in ([], ["s"])  # reads never wait for an election
+
+
 def test_forwarding_failures(loop, nodes):
     topic = memory_topic(loop)
     nobody = nodes(topic, primary=FixedPrimary(None))
