@@ -70,6 +70,46 @@ _INTS = {
     "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", 1, INT_MAX),  # KIP-848 groups
     "group.consumer.heartbeat.interval.ms": ("group_consumer_heartbeat_interval_ms", 1, INT_MAX),
     "group.consumer.max.size": ("group_consumer_max_size", 1, INT_MAX),
+    # the bounds of a consumer group's consumer.* group configs (pybroker/coordinator/group_configs.py)
+    "group.consumer.min.session.timeout.ms": ("group_consumer_min_session_timeout_ms", 1, INT_MAX),
+    "group.consumer.max.session.timeout.ms": ("group_consumer_max_session_timeout_ms", 1, INT_MAX),
+    "group.consumer.min.heartbeat.interval.ms": ("group_consumer_min_heartbeat_interval_ms", 1, INT_MAX),
+    "group.consumer.max.heartbeat.interval.ms": ("group_consumer_max_heartbeat_interval_ms", 1, INT_MAX),
+    # share groups (KIP-932, Kafka 4.2): pybroker/share, and the defaults and bounds of the share.* group configs
+    "group.share.session.timeout.ms": ("group_share_session_timeout_ms", 1, INT_MAX),
+    "group.share.min.session.timeout.ms": ("group_share_min_session_timeout_ms", 1, INT_MAX),
+    "group.share.max.session.timeout.ms": ("group_share_max_session_timeout_ms", 1, INT_MAX),
+    "group.share.heartbeat.interval.ms": ("group_share_heartbeat_interval_ms", 1, INT_MAX),
+    "group.share.min.heartbeat.interval.ms": ("group_share_min_heartbeat_interval_ms", 1, INT_MAX),
+    "group.share.max.heartbeat.interval.ms": ("group_share_max_heartbeat_interval_ms", 1, INT_MAX),
+    "group.share.record.lock.duration.ms": ("group_share_record_lock_duration_ms", 1000, 3600000),
+    "group.share.min.record.lock.duration.ms": ("group_share_min_record_lock_duration_ms", 1000, 30000),
+    "group.share.max.record.lock.duration.ms": ("group_share_max_record_lock_duration_ms", 30000, 3600000),
+    "group.share.delivery.count.limit": ("group_share_delivery_count_limit", 2, 10),
+    "group.share.max.size": ("group_share_max_size", 1, 1000),
+    "group.share.partition.max.record.locks": ("group_share_partition_max_record_locks", 100, 10000),
+    "group.share.max.share.sessions": ("group_share_max_share_sessions", 1, INT_MAX),
+    # streams groups are not served; their keys are the defaults and bounds of the streams.* group configs
+    "group.streams.session.timeout.ms": ("group_streams_session_timeout_ms", 1, INT_MAX),
+    "group.streams.min.session.timeout.ms": ("group_streams_min_session_timeout_ms", 1, INT_MAX),
+    "group.streams.max.session.timeout.ms": ("group_streams_max_session_timeout_ms", 1, INT_MAX),
+    "group.streams.heartbeat.interval.ms": ("group_streams_heartbeat_interval_ms", 1, INT_MAX),
+    "group.streams.min.heartbeat.interval.ms": ("group_streams_min_heartbeat_interval_ms", 1, INT_MAX),
+    "group.streams.max.heartbeat.interval.ms": ("group_streams_max_heartbeat_interval_ms", 1, INT_MAX),
+    "group.streams.num.standby.replicas": ("group_streams_num_standby_replicas", 0, INT_MAX),
+    "group.streams.max.standby.replicas": ("group_streams_max_standby_replicas", 0, INT_MAX),
+    "group.streams.initial.rebalance.delay.ms": ("group_streams_initial_rebalance_delay_ms", 0, INT_MAX),
+    # the share coordinator and its state topic __share_group_state (capped at the live brokers, as
+    # offsets.topic.replication.factor is: a single node starts with the defaults)
+    "share.coordinator.state.topic.num.partitions": ("share_coordinator_state_topic_num_partitions", 1, INT_MAX),
+    "share.coordinator.state.topic.replication.factor": ("share_coordinator_state_topic_replication_factor", 1,
+                                                         32767),
+    "share.coordinator.state.topic.min.isr": ("share_coordinator_state_topic_min_isr", 1, 32767),
+    "share.coordinator.state.topic.segment.bytes": ("share_coordinator_state_topic_segment_bytes", 1, INT_MAX),
+    "share.coordinator.snapshot.update.records.per.snapshot":
+        ("share_coordinator_snapshot_update_records_per_snapshot", 0, INT_MAX),
+    "share.coordinator.write.timeout.ms": ("share_coordinator_write_timeout_ms", 1, INT_MAX),
+    "share.fetch.max.fetch.records": ("share_fetch_max_fetch_records", 1, INT_MAX),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
     "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),
     "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", 1, 32767),
@@ -155,7 +195,7 @@ _STRINGS = ("listeners", "advertised.listeners", "listener.security.protocol.map
             "compression.type", "log.message.format.version", "log.preallocate", "log.message.downconversion.enable",
             "inter.broker.listener.name", "security.inter.broker.protocol", "metrics.listener", "authorizer.class.name",
             "super.users",
-            "group.consumer.assignors", "group.consumer.migration.policy")
+            "group.consumer.assignors", "group.consumer.migration.policy", "group.share.assignors")
 SUPPORTED = (frozenset(_INTS) | frozenset(_FLOATS) | frozenset(_BOOLS) | {"log.cleaner.min.cleanable.ratio"}
              | frozenset(_LOG_INTS) | frozenset(_STRINGS)
              | frozenset(SSL_KEYS) | {"max.connections.per.ip.overrides"})
@@ -203,6 +243,40 @@ class BrokerConfig:
     group_consumer_max_size: int = INT_MAX
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     group_consumer_migration_policy: str = "bidirectional"  # online classic <-> consumer conversion, as Kafka 4.0
+    group_consumer_min_session_timeout_ms: int = 45000
+    group_consumer_max_session_timeout_ms: int = 60000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15000
+    group_share_session_timeout_ms: int = 45000  # share groups (KIP-932): pybroker/share
+    group_share_min_session_timeout_ms: int = 45000
+    group_share_max_session_timeout_ms: int = 60000
+    group_share_heartbeat_interval_ms: int = 5000
+    group_share_min_heartbeat_interval_ms: int = 5000
+    group_share_max_heartbeat_interval_ms: int = 15000
+    group_share_record_lock_duration_ms: int = 30000
+    group_share_min_record_lock_duration_ms: int = 15000
+    group_share_max_record_lock_duration_ms: int = 60000
+    group_share_delivery_count_limit: int = 5
+    group_share_max_size: int = 200
+    group_share_partition_max_record_locks: int = 2000
+    group_share_max_share_sessions: int = 2000
+    group_share_assignors: tuple[str, ...] = ("simple",)
+    group_streams_session_timeout_ms: int = 45000  # streams groups: only the group configs' defaults and bounds
+    group_streams_min_session_timeout_ms: int = 45000
+    group_streams_max_session_timeout_ms: int = 60000
+    group_streams_heartbeat_interval_ms: int = 5000
+    group_streams_min_heartbeat_interval_ms: int = 5000
+    group_streams_max_heartbeat_interval_ms: int = 15000
+    group_streams_num_standby_replicas: int = 0
+    group_streams_max_standby_replicas: int = 2
+    group_streams_initial_rebalance_delay_ms: int = 3000
+    share_coordinator_state_topic_num_partitions: int = 50  # __share_group_state
+    share_coordinator_state_topic_replication_factor: int = 3  # capped at the live brokers when created
+    share_coordinator_state_topic_min_isr: int = 2  # capped at the topic's replication factor
+    share_coordinator_state_topic_segment_bytes: int = 104857600
+    share_coordinator_snapshot_update_records_per_snapshot: int = 500
+    share_coordinator_write_timeout_ms: int = 5000
+    share_fetch_max_fetch_records: int = INT_MAX
     offsets_topic_replication_factor: int = 3
     transaction_state_log_num_partitions: int = 50  # the transaction coordinator (pybroker/transaction)
     transaction_state_log_replication_factor: int = 3
@@ -375,6 +449,7 @@ class BrokerConfig:
         values["log"] = _log_config(raw)
         _authorizer(raw, values)
         _consumer_groups(raw, values)
+        _share_and_streams_groups(raw, values)
         values["sasl"] = _sasl(raw, listeners, values)
         _schema_registry(raw)
         _iceberg(raw)
@@ -417,6 +492,7 @@ class BrokerConfig:
         put("super.users", raw.get("super.users") or None)
         put("group.consumer.assignors", ",".join(self.group_consumer_assignors))
         put("group.consumer.migration.policy", self.group_consumer_migration_policy)
+        put("group.share.assignors", ",".join(self.group_share_assignors))
         lc = self.log
         for name, key in _BROKER_LOG_NAMES.items():
             value = getattr(lc, name)
@@ -683,6 +759,42 @@ def _consumer_groups(raw: Mapping[str, str], values: dict) -> None:
     if heartbeat >= session:
         raise ConfigError(f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than "
                           f"group.consumer.session.timeout.ms ({session})", "group.consumer.heartbeat.interval.ms")
+
+
+SHARE_ASSIGNORS = ("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor")
+
+
+def _share_and_streams_groups(raw: Mapping[str, str], values: dict) -> None:
+    """group.share.assignors (one entry) and Kafka 4.2's start-up rules for the share and streams group keys:
+    each default within its min/max, heartbeat below session timeout, the record lock within its bounds."""
+    if "group.share.assignors" in raw:
+        names = [n.strip() for n in raw["group.share.assignors"].split(",") if n.strip()]
+        if len(names) != 1 or names[0] not in SHARE_ASSIGNORS:
+            raise ConfigError(f"group.share.assignors={raw['group.share.assignors']!r}: expected exactly one "
+                              "assignor, simple", "group.share.assignors")
+        values["group_share_assignors"] = ("simple",)
+    defaults = {f.name: f.default for f in fields(BrokerConfig)}
+
+    def get(key: str) -> int:
+        name = _INTS[key][0]
+        return values.get(name, defaults[name])
+
+    def at_least(key: str, bound: str) -> None:
+        if get(key) < get(bound):
+            raise ConfigError(f"{key} ({get(key)}) must be greater than or equal to {bound} ({get(bound)})", key)
+
+    for kind in ("share", "streams"):
+        p = f"group.{kind}."
+        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+            at_least(p + "max." + what, p + "min." + what)
+            at_least(p + what, p + "min." + what)
+            at_least(p + "max." + what, p + what)
+        if get(p + "heartbeat.interval.ms") >= get(p + "session.timeout.ms"):
+            raise ConfigError(f"{p}heartbeat.interval.ms ({get(p + 'heartbeat.interval.ms')}) must be less than "
+                              f"{p}session.timeout.ms ({get(p + 'session.timeout.ms')})", p + "heartbeat.interval.ms")
+    at_least("group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms")
+    at_least("group.share.max.record.lock.duration.ms", "group.share.record.lock.duration.ms")
+    at_least("group.streams.max.standby.replicas", "group.streams.num.standby.replicas")
 
 
 def _log_config(raw: Mapping[str, str]) -> LogConfig:

@@ -1,11 +1,14 @@
-"""Kafka 3.8's topic and broker configs: names, types, defaults, how each may change, and what each
-does here (the documentation DescribeConfigs v3+ returns).
+"""Kafka 3.8's topic and broker configs, and Kafka 4.2's share-group, streams-group and share-coordinator
+broker configs: names, types, defaults, how each may change, and what each does here (the
+documentation DescribeConfigs v3+ returns).
 
 One table per resource type: ``TOPIC`` (the topic-level keys: Kafka's, ``KAFKA_TOPIC``, and
 pybroker's own extension keys, ``PYBROKER_TOPIC``; their values, checks and broker-level synonyms live
-in pybroker/log/config.py) and ``BROKER`` (every key a Kafka 3.8 broker takes, with
-Kafka's update mode: read-only, per-broker or cluster-wide). A key pybroker does not act on is
-still accepted, as Kafka accepts it, and its documentation says why it has no effect here.
+in pybroker/log/config.py) and ``BROKER`` (every key a Kafka 3.8 broker takes, plus the ``group.share.*``,
+``group.streams.*``, ``share.coordinator.*`` and ``share.fetch.*`` keys of Kafka 4.2, with Kafka's update
+mode: read-only, per-broker or cluster-wide). A key pybroker does not act on is still accepted, as Kafka
+accepts it, and its documentation says why it has no effect here. The GROUP resource's keys (KIP-848,
+KIP-932) are in pybroker/coordinator/group_configs.py.
 """
 from types import MappingProxyType
 from typing import NamedTuple
@@ -125,8 +128,15 @@ IGNORED_REASONS = MappingProxyType({
     "auto.include.jmx.reporter": "there is no JMX",
     "queued.max.requests": "each connection is read one request at a time",
     "queued.max.request.bytes": "each connection is read one request at a time",
-    "share.coordinator.state.topic.replication.factor": "share groups are not supported",
-    "share.coordinator.state.topic.min.isr": "share groups are not supported",
+    "group.share.enable": "share groups are always served here (Kafka 4.2 turns them on with the share.version "
+                          "feature)",
+    "group.share.persister.class.name": "share-partition state is always kept in the __share_group_state topic",
+    "share.coordinator.load.buffer.size": "the share-group state topic is replayed a batch at a time",
+    "share.coordinator.state.topic.compression.codec": "the share-group state topic is written uncompressed",
+    "share.coordinator.append.linger.ms": "each share-state write is appended as it comes",
+    "share.coordinator.threads": "the share coordinator runs on the event loop",
+    "share.fetch.purgatory.purge.interval.requests": "waiting share fetches leave their purgatory when they complete",
+    "group.streams.max.size": "streams groups are not served here",
 })
 PREFIX_REASONS = (
     ("remote.log.", "there is no tiered storage here"),
@@ -178,12 +188,15 @@ def topic_documentation(name: str) -> str | None:
 
 
 def broker_documentation(name: str, applied: bool, topic_synonym: str | None = None) -> str | None:
-    """What a broker key does here: the topic default it sets, applied, or accepted and ignored (and why)."""
+    """What a broker key does here: the topic default it sets, applied (with what it does, where this
+    catalog says), or accepted and ignored (and why)."""
     if topic_synonym is not None:
         return f"Broker default of the topic config {topic_synonym}: {topic_documentation(topic_synonym)}"
     if name not in BROKER:
         return None
-    return "Applied by this broker." if applied else f"Accepted and ignored: {ignored_reason(name)}."
+    if applied:
+        return BROKER_DOCS.get(name, "Applied by this broker.")
+    return f"Accepted and ignored: {ignored_reason(name)}."
 
 
 def check_value(name: str, kafka_type: str, value) -> None:
@@ -527,8 +540,99 @@ _BROKER_ROWS = (
     ('zookeeper.ssl.truststore.password', 'PASSWORD', 'R', None),
     ('zookeeper.ssl.truststore.type', 'STRING', 'R', None),
 )
+# Kafka 4.2's share-group (KIP-932), streams-group (KIP-1071) and share-coordinator broker keys, same shape;
+# the group.share.* and group.streams.* keys are also the defaults and bounds of the group configs
+_KAFKA_42_ROWS = (
+    ('group.share.assignors', 'LIST', 'R', 'simple'),
+    ('group.share.delivery.count.limit', 'INT', 'R', '5'),
+    ('group.share.enable', 'BOOLEAN', 'RI', 'false'),
+    ('group.share.heartbeat.interval.ms', 'INT', 'R', '5000'),
+    ('group.share.max.heartbeat.interval.ms', 'INT', 'R', '15000'),
+    ('group.share.max.record.lock.duration.ms', 'INT', 'R', '60000'),
+    ('group.share.max.session.timeout.ms', 'INT', 'R', '60000'),
+    ('group.share.max.share.sessions', 'INT', 'R', '2000'),
+    ('group.share.max.size', 'INT', 'R', '200'),
+    ('group.share.min.heartbeat.interval.ms', 'INT', 'R', '5000'),
+    ('group.share.min.record.lock.duration.ms', 'INT', 'R', '15000'),
+    ('group.share.min.session.timeout.ms', 'INT', 'R', '45000'),
+    ('group.share.partition.max.record.locks', 'INT', 'R', '2000'),
+    ('group.share.persister.class.name', 'STRING', 'RI',
+     'org.apache.kafka.server.share.persister.DefaultStatePersister'),
+    ('group.share.record.lock.duration.ms', 'INT', 'R', '30000'),
+    ('group.share.session.timeout.ms', 'INT', 'R', '45000'),
+    ('group.streams.heartbeat.interval.ms', 'INT', 'R', '5000'),
+    ('group.streams.initial.rebalance.delay.ms', 'INT', 'R', '3000'),
+    ('group.streams.max.heartbeat.interval.ms', 'INT', 'R', '15000'),
+    ('group.streams.max.session.timeout.ms', 'INT', 'R', '60000'),
+    ('group.streams.max.size', 'INT', 'R', '2147483647'),
+    ('group.streams.max.standby.replicas', 'INT', 'R', '2'),
+    ('group.streams.min.heartbeat.interval.ms', 'INT', 'R', '5000'),
+    ('group.streams.min.session.timeout.ms', 'INT', 'R', '45000'),
+    ('group.streams.num.standby.replicas', 'INT', 'R', '0'),
+    ('group.streams.session.timeout.ms', 'INT', 'R', '45000'),
+    ('share.coordinator.append.linger.ms', 'INT', 'R', '-1'),
+    ('share.coordinator.load.buffer.size', 'INT', 'R', '5242880'),
+    ('share.coordinator.snapshot.update.records.per.snapshot', 'INT', 'R', '500'),
+    ('share.coordinator.state.topic.compression.codec', 'INT', 'R', '0'),
+    ('share.coordinator.state.topic.min.isr', 'SHORT', 'R', '2'),
+    ('share.coordinator.state.topic.num.partitions', 'INT', 'R', '50'),
+    ('share.coordinator.state.topic.replication.factor', 'SHORT', 'R', '3'),
+    ('share.coordinator.state.topic.segment.bytes', 'INT', 'R', '104857600'),
+    ('share.coordinator.threads', 'INT', 'R', '1'),
+    ('share.coordinator.write.timeout.ms', 'INT', 'R', '5000'),
+    ('share.fetch.max.fetch.records', 'INT', 'RI', '2147483647'),
+    ('share.fetch.purgatory.purge.interval.requests', 'INT', 'R', '1000'),
+)
+KAFKA_42_KEYS = frozenset(row[0] for row in _KAFKA_42_ROWS)
 BROKER = MappingProxyType({name: BrokerKey(kind, _MODES[mode[0]], default, mode.endswith("I"))
-                           for name, kind, mode, default in _BROKER_ROWS})
+                           for name, kind, mode, default in _BROKER_ROWS + _KAFKA_42_ROWS})
+# what the Kafka 4.2 keys this broker applies do here (DescribeConfigs documentation)
+BROKER_DOCS = MappingProxyType({
+    "group.share.assignors": "Server-side assignor of share groups, one entry: simple (or Kafka's class name of it).",
+    "group.share.delivery.count.limit": "Delivery attempts after which a share group archives a record "
+                                        "instead of handing it out again.",
+    "group.share.heartbeat.interval.ms": "Heartbeat interval given to share group members; the default of a "
+                                         "group's share.heartbeat.interval.ms.",
+    "group.share.max.heartbeat.interval.ms": "Largest share.heartbeat.interval.ms a group may set.",
+    "group.share.max.record.lock.duration.ms": "Largest share.record.lock.duration.ms a group may set.",
+    "group.share.max.session.timeout.ms": "Largest share.session.timeout.ms a group may set.",
+    "group.share.max.share.sessions": "Share fetch sessions this broker keeps at once.",
+    "group.share.max.size": "Members a share group may have at most.",
+    "group.share.min.heartbeat.interval.ms": "Smallest share.heartbeat.interval.ms a group may set.",
+    "group.share.min.record.lock.duration.ms": "Smallest share.record.lock.duration.ms a group may set.",
+    "group.share.min.session.timeout.ms": "Smallest share.session.timeout.ms a group may set.",
+    "group.share.partition.max.record.locks": "Records of one share-partition that may be acquired (locked) at "
+                                              "once.",
+    "group.share.record.lock.duration.ms": "How long a share group member holds the records it acquired before "
+                                           "they become available again; the default of a group's "
+                                           "share.record.lock.duration.ms.",
+    "group.share.session.timeout.ms": "How long a share group member may go without a heartbeat before it is "
+                                      "removed; the default of a group's share.session.timeout.ms.",
+    "group.streams.heartbeat.interval.ms": "Default of a group's streams.heartbeat.interval.ms (kept; streams "
+                                           "groups are not served here).",
+    "group.streams.initial.rebalance.delay.ms": "Default of a group's streams.initial.rebalance.delay.ms (kept; "
+                                                "streams groups are not served here).",
+    "group.streams.max.heartbeat.interval.ms": "Largest streams.heartbeat.interval.ms a group may set.",
+    "group.streams.max.session.timeout.ms": "Largest streams.session.timeout.ms a group may set.",
+    "group.streams.max.standby.replicas": "Largest streams.num.standby.replicas a group may set.",
+    "group.streams.min.heartbeat.interval.ms": "Smallest streams.heartbeat.interval.ms a group may set.",
+    "group.streams.min.session.timeout.ms": "Smallest streams.session.timeout.ms a group may set.",
+    "group.streams.num.standby.replicas": "Default of a group's streams.num.standby.replicas (kept; streams groups "
+                                          "are not served here).",
+    "group.streams.session.timeout.ms": "Default of a group's streams.session.timeout.ms (kept; streams groups "
+                                        "are not served here).",
+    "share.coordinator.snapshot.update.records.per.snapshot": "Update records the share coordinator writes for a "
+                                                              "share-partition between two snapshot records.",
+    "share.coordinator.state.topic.min.isr": "min.insync.replicas of __share_group_state (at most its "
+                                             "replication factor).",
+    "share.coordinator.state.topic.num.partitions": "Partitions of __share_group_state, the share-group state "
+                                                    "topic; fixed once it exists.",
+    "share.coordinator.state.topic.replication.factor": "Replication factor of __share_group_state, capped at the "
+                                                        "live brokers when it is created (a single node: 1).",
+    "share.coordinator.state.topic.segment.bytes": "segment.bytes of __share_group_state.",
+    "share.coordinator.write.timeout.ms": "How long a share-state write waits for the state topic's replicas.",
+    "share.fetch.max.fetch.records": "Records one share fetch hands out at most (Kafka's internal key).",
+})
 # keys that exist only as dynamic broker configs (not in server.properties): the replication throttles
 DYNAMIC_ONLY = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
                           "replica.alter.log.dirs.io.max.bytes.per.second"})

@@ -3,7 +3,9 @@
 Configs not named in a resource go back to their defaults, as in Kafka. A broker resource takes
 the keys Kafka changes live (pybroker/controller/broker_configs.py); any other broker key is answered
 as Kafka answers a config it cannot update dynamically (INVALID_REQUEST, "Cannot update these configs
-dynamically"). Other resource types are INVALID_REQUEST too.
+dynamically"). A group resource (32) has its overrides replaced by the given set, checked as
+IncrementalAlterConfigs checks them: Kafka 4.2's controller takes legacy AlterConfigs of groups too (one
+authorization and validation path for both APIs). Other resource types are INVALID_REQUEST.
 """
 from pybroker.api.incremental_alter_configs import ConfigChangeError, alter_each
 from pybroker.protocol.messages import RESPONSES

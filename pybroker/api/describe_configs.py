@@ -1,13 +1,19 @@
-"""DescribeConfigs: a topic's configs (its overrides and the broker defaults) or the broker's.
+"""DescribeConfigs: a topic's configs (its overrides and the broker defaults), the broker's, or a group's.
 
-Every key Kafka 3.8 describes is listed (for a topic, pybroker's own iceberg.* keys too), with Kafka's
-types, password values hidden, and (v3+, when asked) documentation saying what the key does here, or
-that it is accepted and ignored and why (pybroker/config_catalog.py). v0 answers is_default in place
-of the config source.
+Every key Kafka 3.8 describes is listed (for a topic, pybroker's own iceberg.* keys too; for the
+broker, Kafka 4.2's share-group keys too), with Kafka's types, password values hidden, and (v3+, when
+asked) documentation saying what the key does here, or that it is accepted and ignored and why
+(pybroker/config_catalog.py). v0 answers is_default in place of the config source.
+
+A GROUP resource (32, Kafka 4.x) is described for any group id, existing or not, as Kafka 4.2 describes
+it: every group config with its effective value, source GROUP_CONFIG (8) where the group overrides it,
+else STATIC_BROKER_CONFIG (4) where the broker's group.* key is set, else DEFAULT_CONFIG (5); the
+synonyms are the override, then the broker key (pybroker/coordinator/group_configs.py).
 """
 from pybroker import config_catalog as catalog
 from pybroker.api.kafka_wording import default_message
 from pybroker.controller.metadata_store import validate_topic_name
+from pybroker.coordinator.group_configs import GROUP_KEYS, describe_group
 from pybroker.errors import BrokerError, UnknownTopicError
 from pybroker.protocol.errors import INVALID_REQUEST, UNKNOWN_SERVER_ERROR
 from pybroker.protocol.messages import RESPONSES
@@ -15,7 +21,7 @@ from pybroker.protocol.messages import RESPONSES
 API_KEY = 32
 MIN_VERSION = 0
 MAX_VERSION = 4
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # config sources
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
@@ -46,12 +52,21 @@ def handle(ctx, request):
                 if live:  # the keys a broker may change live
                     rows += [(k, v, source or DEFAULT_CONFIG, False) for k, (v, source) in sorted(live.items())]
                     rows, synonyms = _dynamic_log_rows(ctx.services.backend.dynamic_configs, rows)
+            elif res.resource_type == GROUP:
+                if not res.resource_name:
+                    raise BrokerError("Group name must not be empty")
+                rows = []
+                for k, v, source, group_synonyms in describe_group(ctx.control.group_configs(res.resource_name),
+                                                                   ctx.config):
+                    rows.append((k, v, source, False))
+                    synonyms[k] = [Response.DescribeConfigsSynonym(name=n, value=sv, source=ss)
+                                   for n, sv, ss in group_synonyms]
             else:  # as Kafka: the request's code with its stock message
                 raise BrokerError(default_message(INVALID_REQUEST))
             wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
             with_synonyms = getattr(request, "include_synonyms", False)
             with_docs = getattr(request, "include_documentation", False)
-            describe = _topic_key if res.resource_type == TOPIC else _broker_key
+            describe = {TOPIC: _topic_key, GROUP: _group_key}.get(res.resource_type, _broker_key)
             entries = []
             for k, v, source, read_only in rows:
                 if wanted is not None and k not in wanted:
@@ -87,6 +102,12 @@ def _topic_key(name: str) -> tuple[str | None, str | None]:
     """(Kafka type, documentation) of a topic key."""
     kind, doc = catalog.TOPIC.get(name, (None, None))
     return kind, doc
+
+
+def _group_key(name: str) -> tuple[str | None, str | None]:
+    """(Kafka type, documentation) of a group key."""
+    spec = GROUP_KEYS.get(name)
+    return (spec.type, spec.doc) if spec else (None, None)
 
 
 def _broker_key(name: str) -> tuple[str | None, str | None]:

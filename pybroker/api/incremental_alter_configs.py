@@ -1,4 +1,4 @@
-"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs.
+"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic, broker or group configs.
 
 Topic changes are validated like CreateTopics' configs, stored durably (they survive a restart)
 and applied to the topic's open logs. A broker's replication throttle rates and log.* defaults may
@@ -7,6 +7,11 @@ fails as Kafka fails a config that cannot be updated dynamically: INVALID_REQUES
 these configs dynamically"). APPEND/SUBTRACT apply only to the keys Kafka types LIST (cleanup.policy,
 the throttled replica lists; INVALID_CONFIG otherwise); duplicate keys or resources in one request are
 INVALID_REQUEST.
+
+A group resource (32, Kafka 4.x's group configs) takes SET and DELETE of the keys of
+pybroker/coordinator/group_configs.py (no group key is a list); an unknown key or a bad value is
+INVALID_CONFIG in Kafka's words, the empty group name INVALID_REQUEST, as Kafka 4.2 answers. The change
+is kept by the control (the local metadata store, or ZooKeeper for a cluster) and seen by every broker.
 """
 from pybroker import config_catalog as catalog
 from pybroker.errors import BrokerError
@@ -16,7 +21,7 @@ from pybroker.protocol.messages import RESPONSES
 API_KEY = 44
 MIN_VERSION = 0
 MAX_VERSION = 1
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # the TLS keys Kafka changes live only per listener (listener.name.<name>.<key>)
 LISTENER_ONLY = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
@@ -51,9 +56,13 @@ async def alter_resource(ctx, resource_type, name, changes: dict, replace_all: b
             raise ConfigChangeError(f"unexpected broker id {name!r}: this is broker {ctx.node_id}")
         check_broker_keys(name, changes)
         await ctx.services.backend.dynamic_configs.alter(name, changes, replace_all, validate_only)
+    elif resource_type == GROUP:
+        if not name:
+            raise ConfigChangeError("Default group resources are not allowed.")
+        await ctx.control.alter_group_configs(name, changes, validate_only=validate_only, replace_all=replace_all)
     else:
         raise ConfigChangeError(f"altering configs of resource type {resource_type} is not supported "
-                                "(only topics and brokers)")
+                                "(only topics, brokers and groups)")
 
 
 def check_broker_keys(name: str, changes: dict) -> None:
@@ -120,6 +129,8 @@ def _is_list(resource_type: int, name: str) -> bool:
     """Whether Kafka types the key LIST (only those take APPEND and SUBTRACT)."""
     if resource_type == TOPIC:
         return catalog.TOPIC.get(name, (None,))[0] == "LIST"
+    if resource_type == GROUP:
+        return False  # Kafka 4.2's group configs are ints and strings
     kafka = catalog.broker_key(name)
     return kafka is not None and kafka.type == "LIST"
 

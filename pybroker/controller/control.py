@@ -89,6 +89,16 @@ class Control(Protocol):
     def topic_configs(self, name: str) -> list[tuple[str, str, bool]]:
         """(Kafka name, value, overridden) for every topic-level config of ``name`` (a read of the view)."""
 
+    # ---- group configs (the GROUP resource: pybroker/coordinator/group_configs.py) ---------
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The group's config overrides (Kafka name -> value as set); {} for any group without them."""
+
+    async def alter_group_configs(self, group_id: str, changes: dict, validate_only: bool = False,
+                                  replace_all: bool = False) -> None:
+        """``changes``: Kafka name -> value (set) or None (back to the broker's default); checked as Kafka
+        checks them (InvalidConfigError), then kept durably and seen by every broker."""
+
     # ---- cluster actions --------------------------------------------------------------------
 
     @property

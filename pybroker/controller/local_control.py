@@ -14,6 +14,7 @@ from pybroker.controller.elections import move_off, reassignment_refusal, run_el
 from pybroker.controller.metadata_cache import BrokerEndpoint, PartitionState
 from pybroker.controller.metadata_store import (InvalidPartitionsError, LocalMetadataStore, TopicExistsError,
                                                 UnknownTopicError)
+from pybroker.coordinator.group_configs import new_overrides as new_group_overrides
 from pybroker.controller.topic_rules import (INTERNAL_TOPICS, InternalTopicError, TopicDeletionDisabledError,
                                              check_assignment, check_new_topic, describe_topic_configs,
                                              new_overrides)
@@ -177,6 +178,21 @@ class LocalControl:
         if record is None:
             raise UnknownTopicError(f"unknown topic {name!r}")
         return describe_topic_configs(record, self.config.log)
+
+    # ---- group configs ----------------------------------------------------------------------
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        return dict(self.store.group_configs.get(group_id, {}))
+
+    async def alter_group_configs(self, group_id: str, changes: dict, validate_only: bool = False,
+                                  replace_all: bool = False) -> None:
+        """Checked against this broker's group.* bounds, then written to the metadata store."""
+        current = self.group_configs(group_id)
+        new = new_group_overrides(current, changes, replace_all, self.config)
+        if validate_only or new == current:
+            return
+        self.store.set_group_configs(group_id, new)
+        log.info("altered configs of group %s: %s", group_id, dict(sorted(new.items())))
 
     # ---- cluster actions --------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ Files (in ``log_dir``):
 * ``meta.properties`` -- as Kafka writes it (``version=1``, ``cluster.id``, ``node.id``,
   ``directory.id``); written once on first start, then only checked: another node id or cluster
   id is an error, never silently adopted.
-* ``pybroker-metadata.json`` -- ``{"format": 1, "cluster_id", "generation", "topics": [...]}``;
+* ``pybroker-metadata.json`` -- ``{"format": 1, "cluster_id", "generation", "topics": [...],
+  "group_configs": {"<group id>": {"<group config key>": "<value>"}}}`` (the GROUP resource's
+  overrides; a group without overrides has no entry, and a table without the key has none);
   ``generation`` counts committed changes. Every change rewrites the whole file: temp file,
   fsync, rename over the old one, fsync of the directory. A kill at any point leaves either the
   old or the new table; a leftover ``.tmp`` is discarded at start. An unreadable table is an
@@ -90,9 +92,11 @@ class LocalMetadataStore:
             check_cluster_id(cluster_id)  # ConfigError: a bad argument, not a bad disk
         os.makedirs(log_dir, exist_ok=True)
         self.cluster_id = self._load_meta_properties(cluster_id)
-        self.generation, topics = self._load_table()
+        self.generation, topics, groups = self._load_table()
         self._topics: dict[str, TopicRecord] = topics
         self.topics: Mapping[str, TopicRecord] = MappingProxyType(self._topics)
+        self._group_configs: dict[str, dict[str, str]] = groups
+        self.group_configs: Mapping[str, dict[str, str]] = MappingProxyType(self._group_configs)
 
     # -- changes ---------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, replication_factor: int,
@@ -149,6 +153,17 @@ class LocalMetadataStore:
                     merged[key] = value
             self._commit({**self._topics, name: replace(record, configs=merged)})
 
+    def set_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """Replace a group's config overrides (empty: the group has none any more)."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidConfigError(f"bad group id {group_id!r}: a non-empty string")
+        clean = self._clean_configs(configs)
+        with self._lock:
+            groups = {g: dict(c) for g, c in self._group_configs.items() if g != group_id}
+            if clean:
+                groups[group_id] = clean
+            self._commit(self._topics, groups)
+
     # -- internals -------------------------------------------------------------------------
     def _get(self, name: str) -> TopicRecord:
         record = self._topics.get(name)
@@ -163,16 +178,23 @@ class LocalMetadataStore:
                 raise InvalidConfigError(f"bad topic config {key!r}={value!r}: keys and values are strings")
         return dict(configs)
 
-    def _commit(self, topics: dict[str, TopicRecord]) -> None:
-        """Write the new table durably, then make it the current one."""
+    def _commit(self, topics: dict[str, TopicRecord], groups: dict[str, dict[str, str]] | None = None) -> None:
+        """Write the new table durably, then make it the current one (``groups`` None: unchanged)."""
+        groups = self._group_configs if groups is None else groups
         body = {"format": FORMAT, "cluster_id": self.cluster_id, "generation": self.generation + 1,
                 "topics": [r.to_json() for _, r in sorted(topics.items())]}
+        if groups:
+            body["group_configs"] = {g: dict(sorted(c.items())) for g, c in sorted(groups.items())}
         _write_atomically(self.path, json.dumps(body, indent=1).encode("utf-8") + b"\n")
         self.generation += 1
-        self._topics.clear()
-        self._topics.update(topics)
+        if topics is not self._topics:
+            self._topics.clear()
+            self._topics.update(topics)
+        if groups is not self._group_configs:
+            self._group_configs.clear()
+            self._group_configs.update(groups)
 
-    def _load_table(self) -> tuple[int, dict[str, TopicRecord]]:
+    def _load_table(self) -> tuple[int, dict[str, TopicRecord], dict[str, dict[str, str]]]:
         try:
             os.unlink(self.path + ".tmp")  # an interrupted write; the old table is intact
         except FileNotFoundError:
@@ -181,7 +203,7 @@ class LocalMetadataStore:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return 0, {}
+            return 0, {}, {}
         except OSError as exc:
             raise MetadataCorruptError(f"{self.path}: cannot read: {exc}") from None
         try:
@@ -194,6 +216,13 @@ class LocalMetadataStore:
                 record = TopicRecord.from_json(obj)
                 validate_topic_name(record.name)
                 topics[record.name] = record
+            groups = body.get("group_configs", {})
+            if not isinstance(groups, dict) or not all(
+                    isinstance(g, str) and g and isinstance(c, dict)
+                    and all(isinstance(k, str) and isinstance(v, str) for k, v in c.items())
+                    for g, c in groups.items()):
+                raise ValueError("bad group_configs")
+            groups = {g: dict(c) for g, c in groups.items() if c}
             owner = body["cluster_id"]
         except (ValueError, KeyError, TypeError, AttributeError, InvalidTopicError) as exc:
             raise MetadataCorruptError(f"{self.path}: unreadable topic table ({exc}); restore it from a "
@@ -201,7 +230,7 @@ class LocalMetadataStore:
         if owner != self.cluster_id:
             raise InconsistentClusterIdError(f"{self.path} belongs to cluster {owner}, but "
                                              f"{META_PROPERTIES} says {self.cluster_id}")
-        return generation, topics
+        return generation, topics, groups
 
     def _load_meta_properties(self, cluster_id: str | None) -> str:
         path = os.path.join(self.log_dir, META_PROPERTIES)

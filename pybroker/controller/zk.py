@@ -12,6 +12,8 @@ what an operator of Kafka expects:
 * ``/brokers/topics/<t>`` also carries ``adding_replicas``/``removing_replicas`` of partitions being
   reassigned (their ``partitions`` entry is then the full set: target first, then the original)
 * ``/config/brokers/<id>`` and ``/config/brokers/<default>`` -- dynamic broker configs
+* ``/config/groups/<group>`` -- a group's config overrides (the GROUP resource, Kafka 4.x's per-group
+  configs, which Kafka keeps only in KRaft), in the topic configs' shape: ``{"version":1,"config":{...}}``
 * ``/config/topics/<t>``, ``/admin/delete_topics/<t>``, ``/cluster/id``,
   ``/latest_producer_id_block``, ``/isr_change_notification/isr_change_<seq>``
 """
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
-from pybroker.controller.zk_paths import (BROKER_IDS, CLUSTER_ID, CONFIG_BROKERS, CONFIG_TOPICS,  # noqa: F401
-                                         CONTROLLER, CONTROLLER_EPOCH, DEFAULT_BROKER, DELETE_TOPICS,
+from pybroker.controller.zk_paths import (BROKER_IDS, CLUSTER_ID, CONFIG_BROKERS, CONFIG_GROUPS,  # noqa: F401
+                                         CONFIG_TOPICS, CONTROLLER, CONTROLLER_EPOCH, DEFAULT_BROKER, DELETE_TOPICS,
                                          ISR_CHANGE_PREFIX, ISR_CHANGES, PRODUCER_ID_BLOCK, TOPICS)
 
 log = logging.getLogger(__name__)
 
-PERSISTENT = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS, ISR_CHANGES, "/cluster")
+PERSISTENT = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_GROUPS, DELETE_TOPICS, ISR_CHANGES,
+              "/cluster")
 
 
 class ControllerMovedError(Exception):

@@ -8,6 +8,7 @@ sessions; a leader's ISR changes are conditional writes of the partition state.
 import asyncio
 import logging
 
+from pybroker.controller.cluster_group_configs import ClusterGroupConfigs
 from pybroker.controller.cluster_topics import ClusterTopics
 from pybroker.controller.control import ControlHost
 from pybroker.controller.controlled_shutdown import ask_controller, controlled_shutdown
@@ -31,6 +32,7 @@ class ZkControl:
         self.producer_ids = producer_ids
         self.registration = host.registration
         self.mirror = ClusterTopics(host, zk)
+        self.group_config_mirror = ClusterGroupConfigs(zk, host.config)  # /config/groups/<group>
         self.controller: ZkController | None = None  # the controller role, once registered
         self.loop = None
         self._reregistering = None  # the task registering a new ZooKeeper session
@@ -38,8 +40,9 @@ class ZkControl:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def load(self) -> None:
-        """The topic view, mirrored from ZooKeeper (before stale logs are removed)."""
+        """The topic view and the group configs, mirrored from ZooKeeper (before stale logs are removed)."""
         await self.mirror.startup()
+        await self.group_config_mirror.startup()
 
     async def start(self) -> None:
         """Partitions open as the controller's LeaderAndIsr arrives (after ``join``)."""
@@ -156,6 +159,15 @@ class ZkControl:
 
     def topic_configs(self, name: str) -> list[tuple[str, str, bool]]:
         return self.mirror.topic_configs(name)
+
+    # ---- group configs ----------------------------------------------------------------------
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        return self.group_config_mirror.group_configs(group_id)
+
+    async def alter_group_configs(self, group_id: str, changes: dict, validate_only: bool = False,
+                                  replace_all: bool = False) -> None:
+        await self.group_config_mirror.alter(group_id, changes, validate_only, replace_all)
 
     # ---- cluster actions --------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_GROUPS = "/config/groups"  # a znode per group with config overrides (controller/cluster_group_configs.py)
 DEFAULT_BROKER = "<default>"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"

@@ -1,9 +1,11 @@
 """Authorization checks several API modules share: config resources and the cluster-only APIs."""
 from pybroker.errors import BrokerError
-from pybroker.protocol.errors import CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+from pybroker.protocol.errors import (CLUSTER_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED,
+                                      TOPIC_AUTHORIZATION_FAILED)
 from pybroker.security import acl as A
 
-CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8  # DescribeConfigs/AlterConfigs resource types
+# DescribeConfigs/AlterConfigs resource types
+CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
 
 
 class AuthorizationFailed(BrokerError):
@@ -13,10 +15,13 @@ class AuthorizationFailed(BrokerError):
 
 
 def check_config_resource(ctx, authz, operation: int, resource_type: int, name: str) -> None:
-    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker resources."""
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic or the group, or on the cluster for broker resources."""
     if resource_type == CONFIG_TOPIC:
         if not authz.allowed(ctx, operation, A.TOPIC, name):
             raise AuthorizationFailed(TOPIC_AUTHORIZATION_FAILED, f"not authorized to access topic {name!r}")
+    elif resource_type == CONFIG_GROUP:
+        if not authz.allowed(ctx, operation, A.GROUP, name):
+            raise AuthorizationFailed(GROUP_AUTHORIZATION_FAILED, f"not authorized to access group {name!r}")
     elif not authz.allowed(ctx, operation, A.CLUSTER, A.CLUSTER_NAME):
         raise AuthorizationFailed(CLUSTER_AUTHORIZATION_FAILED, "not authorized to access the cluster")
 

@@ -95,7 +95,12 @@ def test_topic_values_get_kafkas_errors():
 
 
 def test_the_broker_list_is_kafkas():
-    assert len(catalog.BROKER) == 313  # KafkaConfig.configDef of 3.8.0, internal keys included
+    # KafkaConfig.configDef of 3.8.0, internal keys included, and Kafka 4.2's group.share.*, group.streams.*,
+    # share.coordinator.* and share.fetch.* keys (none of them a 3.8 key)
+    assert len(catalog.KAFKA_42_KEYS) == 38
+    assert len(catalog.BROKER) == 313 + 38
+    assert catalog.BROKER["group.share.record.lock.duration.ms"] == ("INT", catalog.READ_ONLY, "30000", False)
+    assert catalog.BROKER["share.fetch.max.fetch.records"].internal
     assert set(catalog.DYNAMIC) >= {"message.max.bytes", "log.retention.ms", "num.io.threads", "ssl.keystore.location",
                                     "leader.replication.throttled.rate", "log.message.timestamp.before.max.ms"}
     assert catalog.BROKER["log.dirs"].mode == catalog.READ_ONLY
