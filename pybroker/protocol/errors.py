@@ -134,6 +134,11 @@ INVALID_VOTER_KEY = 125
 DUPLICATE_VOTER = 126
 VOTER_NOT_FOUND = 127
 INVALID_REGULAR_EXPRESSION = 128
+REBOOTSTRAP_REQUIRED = 129
+STREAMS_INVALID_TOPOLOGY = 130
+STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+STREAMS_TOPOLOGY_FENCED = 132
+SHARE_SESSION_LIMIT_REACHED = 133
 
 
 class ErrorCode(IntEnum):
@@ -268,6 +273,11 @@ class ErrorCode(IntEnum):
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
     INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129
+    STREAMS_INVALID_TOPOLOGY = 130
+    STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+    STREAMS_TOPOLOGY_FENCED = 132
+    SHARE_SESSION_LIMIT_REACHED = 133
 
     @property
     def description(self):
@@ -404,4 +414,9 @@ _DESCRIPTIONS = {
     126: 'The voter is already part of the set of voters.',
     127: 'The voter is not part of the set of voters.',
     128: 'The regular expression is not valid.',
+    129: "The client's metadata is stale: it must bootstrap again to learn the cluster.",
+    130: 'The streams topology in the request is invalid.',
+    131: 'The streams topology epoch in the request is invalid.',
+    132: "The streams topology epoch in the request is older than the group's.",
+    133: 'The broker already holds as many share sessions as it allows.',
 }

@@ -123,6 +123,9 @@ REQUESTS = _LazyClasses({
     85: ('write_share_group_state', 'WriteShareGroupStateRequest'),
     86: ('delete_share_group_state', 'DeleteShareGroupStateRequest'),
     87: ('read_share_group_state_summary', 'ReadShareGroupStateSummaryRequest'),
+    90: ('describe_share_group_offsets', 'DescribeShareGroupOffsetsRequest'),
+    91: ('alter_share_group_offsets', 'AlterShareGroupOffsetsRequest'),
+    92: ('delete_share_group_offsets', 'DeleteShareGroupOffsetsRequest'),
 })
 RESPONSES = _LazyClasses({
     0: ('produce', 'ProduceResponse'),
@@ -213,6 +216,9 @@ RESPONSES = _LazyClasses({
     85: ('write_share_group_state', 'WriteShareGroupStateResponse'),
     86: ('delete_share_group_state', 'DeleteShareGroupStateResponse'),
     87: ('read_share_group_state_summary', 'ReadShareGroupStateSummaryResponse'),
+    90: ('describe_share_group_offsets', 'DescribeShareGroupOffsetsResponse'),
+    91: ('alter_share_group_offsets', 'AlterShareGroupOffsetsResponse'),
+    92: ('delete_share_group_offsets', 'DeleteShareGroupOffsetsResponse'),
 })
 API_NAMES = {
     0: 'Produce',
@@ -303,6 +309,9 @@ API_NAMES = {
     85: 'WriteShareGroupState',
     86: 'DeleteShareGroupState',
     87: 'ReadShareGroupStateSummary',
+    90: 'DescribeShareGroupOffsets',
+    91: 'AlterShareGroupOffsets',
+    92: 'DeleteShareGroupOffsets',
 }
 DATA = _LazyClasses({
     'ConsumerProtocolAssignment': ('consumer_protocol_assignment', 'ConsumerProtocolAssignment'),
