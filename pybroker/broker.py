@@ -91,6 +91,15 @@ class Broker:
         self._registry_task = None
         self.iceberg = None  # pybroker/iceberg's supervisor of the translation worker
 
+    def _start_share_groups(self) -> None:
+        """Share groups: their coordinator, their durable state and the share-partitions led here."""
+        from pybroker.share.service import ShareService
+        from pybroker.transaction.peers import PeerConnections
+        share = self.services.share = ShareService(self.config, self.services,
+                                                   PeerConnections(self.config, self.services.metadata, "share"))
+        self.replicas.listeners.append(share)
+        share.startup()
+
     @property
     def server(self):
         return self.servers[0] if self.servers else None
@@ -124,6 +133,7 @@ class Broker:
         self.transactions = TransactionCoordinator(cfg, self.services)  # ids load with __transaction_state
         self.replicas.listeners.append(self.transactions)
         self.transactions.startup()
+        self._start_share_groups()
         await self._start_metadata()
         from pybroker.security.sasl import runtime as sasl_runtime
         self.sasl = sasl_runtime.new_authenticator(cfg, self.backend.credentials)  # before the SASL listeners open
@@ -385,6 +395,8 @@ class Broker:
             await server.stop(timeout)
         if self.transactions is not None:
             await self.transactions.shutdown()
+        if self.services.share is not None:
+            await self.services.share.shutdown()
         if self.replicas is not None:
             await self.replicas.fetchers.shutdown()
         if self.control is not None:

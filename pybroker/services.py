@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pybroker.replica.manager import ReplicaManager
     from pybroker.security.authorizer import AclAuthorizer
     from pybroker.security.sasl.authenticator import SaslAuthenticator
+    from pybroker.share.service import ShareService
     from pybroker.transaction.coordinator import TransactionCoordinator
 
 
@@ -41,6 +42,7 @@ class Services:
     offsets: OffsetStore | None = None
     coordinator: GroupCoordinator | None = None
     transactions: TransactionCoordinator | None = None
+    share: ShareService | None = None  # share groups (KIP-932): pybroker/share
     control: Control | None = None  # metadata changes and cluster actions (local or ZooKeeper)
     backend: MetadataBackend | None = None  # the metadata backend: ACL, quota and credential stores, dynamic configs
     authorizer: AclAuthorizer | None = None  # None: authorization off

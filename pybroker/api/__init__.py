@@ -48,5 +48,11 @@ from pybroker.api import (alter_replica_log_dirs, create_delegation_token, descr
 
 MODULES += (alter_replica_log_dirs, create_delegation_token, renew_delegation_token, expire_delegation_token,
             describe_delegation_token, update_features)
+from pybroker.api import (delete_share_group_state, initialize_share_group_state,  # noqa: E402  (share groups:
+                          read_share_group_state, read_share_group_state_summary, share_acknowledge,  # pybroker/share)
+                          share_fetch, share_group_heartbeat, write_share_group_state)
+
+MODULES += (share_group_heartbeat, share_fetch, share_acknowledge, initialize_share_group_state,
+            read_share_group_state, write_share_group_state, delete_share_group_state, read_share_group_state_summary)
 TABLE = {m.API_KEY: m for m in MODULES}
 api_versions.TABLE.update(TABLE)  # ApiVersions answers from this table without importing it

@@ -318,6 +318,15 @@ def _create_delegation_token(cls, version, request, code, message):
                throttle_time_ms=0)
 
 
+def _share_state(cls, version, request, code, message):
+    """Initialize/Read/Write/Delete/ReadShareGroupStateSummary: each share-partition with the error."""
+    result_cls = next(getattr(cls, n) for n in ("InitializeStateResult", "ReadStateResult", "WriteStateResult",
+                                                "DeleteStateResult", "ReadStateSummaryResult") if hasattr(cls, n))
+    return cls(results=[result_cls(topic_id=t.topic_id, partitions=[cls.PartitionResult(
+        partition=p.partition, error_code=code, error_message=message or _describe(code)) for p in t.partitions])
+        for t in request.topics])
+
+
 _BUILDERS = {
     0: _produce, 1: _fetch, 2: _list_offsets, 3: _metadata, 4: _leader_and_isr, 5: _stop_replica,
     8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator, 11: _join_group, 15: _describe_groups,
@@ -331,4 +340,5 @@ _BUILDERS = {
     48: _describe_client_quotas, 49: _alter_client_quotas, 50: _describe_user_scram_credentials,
     51: _alter_user_scram_credentials, 61: _describe_producers, 65: _describe_transactions,
     68: _consumer_group_heartbeat, 69: _consumer_group_describe, 75: _describe_topic_partitions,
+    83: _share_state, 84: _share_state, 85: _share_state, 86: _share_state, 87: _share_state,
 }

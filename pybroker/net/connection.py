@@ -83,6 +83,7 @@ class Connection:
         if not self.session.authenticated:  # SASL: small frames only until authenticated (sasl.server.max.receive.size)
             self._max_request = min(self._max_request, getattr(server, "max_pre_auth_bytes", self._max_request))
         self.closed = False
+        self.close_callbacks: list = []  # called with this connection once it closes (state tied to it)
         self.in_flight = 0
         self.held_bytes = 0
         self.last_active = self._loop.time()
@@ -164,6 +165,12 @@ class Connection:
         except OSError:
             pass
         self.server._connection_closed(self)
+        for callback in self.close_callbacks:
+            try:
+                callback(self)
+            except Exception:  # one holder's cleanup must not stop the others'
+                log.exception("a close callback of connection %d failed", self.id)
+        self.close_callbacks.clear()
 
     def drain(self) -> None:
         """Stop taking requests; close once the responses in flight are written."""

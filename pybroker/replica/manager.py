@@ -394,16 +394,7 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or self._stopping or any(r.error for r in results):
                 return results
-            future = asyncio.get_running_loop().create_future()
-            waiter = (keys, future)
-            self._waiters.append(waiter)
-            try:
-                await asyncio.wait_for(future, remaining)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+            await self.wait_for_change(keys, remaining)
 
     def read(self, requests: list[FetchRequestPartition], max_bytes: int, committed_only: bool, by_id: bool = False,
              leader_only: bool = True):
@@ -489,6 +480,22 @@ class ReplicaManager:
             results.append(FetchResult(0, p.high_watermark, p.last_stable_offset, p.log_start_offset,
                                        records if length else None))
         return results, total
+
+    async def wait_for_change(self, keys: set, timeout_s: float) -> None:
+        """Park until the high watermark of one of ``keys`` moves, the timeout passes or the broker stops
+        (share-partition leaders waiting for records to hand out)."""
+        if self._stopping or timeout_s <= 0:
+            return
+        future = asyncio.get_running_loop().create_future()
+        waiter = (keys, future)
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def stop_waiting(self) -> None:
         """Shutdown: answer every long-polling fetch now, so a clean stop never waits out max_wait_ms."""

@@ -1,0 +1,192 @@
+"""Share groups (KIP-932) with a real broker and librdkafka's ShareConsumer (confluent-kafka): more
+consumers than partitions, exactly-once processing when all accept, release and redelivery with the
+delivery count, reject and the delivery-count limit, a consumer stopped while holding records (its locks
+time out), read_committed share consumption, and a broker killed with records acknowledged and in
+flight. The state machine's rules in-process: tests/unit/test_share_partition.py."""
+import collections
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer
+
+from tests.clientutil import start_broker
+from tests.shareutil import fill, make_topic, poll_until, set_group_config, share_consumer, unique
+
+SETTINGS = {"group.share.min.record.lock.duration.ms": 1000, "group.share.record.lock.duration.ms": 3000,
+            "group.share.min.session.timeout.ms": 6000, "group.share.session.timeout.ms": 6000,
+            "group.share.min.heartbeat.interval.ms": 500, "group.share.heartbeat.interval.ms": 500,
+            "group.share.delivery.count.limit": 3, "offsets.topic.num.partitions": 2,
+            "share.coordinator.state.topic.num.partitions": 3, "group.initial.rebalance.delay.ms": 0,
+            "transaction.state.log.num.partitions": 2}
+EARLIEST = {"share.auto.offset.reset": "earliest"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = start_broker(tmp_path_factory, "share", SETTINGS)
+    yield b
+    b.stop()
+    b.close()
+
+
+def group_from_earliest(broker, **configs) -> str:
+    group = unique("sg")
+    set_group_config(broker.port, group, {**EARLIEST, **configs})
+    return group
+
+
+def test_more_consumers_than_partitions_each_record_once(broker):
+    topic = make_topic(broker.port, 2)
+    values = fill(broker.bootstrap, topic, 2, 600, **{"batch.num.messages": 10})
+    group = group_from_earliest(broker)
+    # small fetches (whole batches of 10 are acquired, about 20 records a poll) so no consumer takes all
+    consumers = [share_consumer(broker.bootstrap, group, topic, **{"max.poll.records": 20}) for _ in range(4)]
+    seen = collections.Counter()
+    by_consumer = collections.Counter()
+
+    def took(c, m):
+        seen[m.value()] += 1
+        by_consumer[id(c)] += 1
+    try:
+        assert poll_until(consumers, lambda: len(seen) == len(values), on_message=took), \
+            f"{len(seen)} of {len(values)} records"
+        # everything accepted (implicitly, on the next poll): no record comes back
+        poll_until(consumers, lambda: False, timeout=2, on_message=took)
+    finally:
+        for c in consumers:
+            c.close()
+    assert set(seen) == set(values) and max(seen.values()) == 1, [v for v, n in seen.items() if n > 1][:5]
+    assert len(by_consumer) == 4, f"records reached only {len(by_consumer)} of 4 consumers"
+
+
+def test_released_records_come_back_with_their_delivery_count(broker):
+    topic = make_topic(broker.port, 1)
+    values = fill(broker.bootstrap, topic, 1, 20)
+    group = group_from_earliest(broker)
+    c = share_consumer(broker.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    counts = collections.defaultdict(list)
+    try:
+        def first_round(consumer, m):
+            counts[m.value()].append(m.delivery_count())
+            consumer.acknowledge(m, AcknowledgeType.RELEASE if int(m.value()[1:]) % 2 else AcknowledgeType.ACCEPT)
+        assert poll_until([c], lambda: len(counts) == len(values), on_message=first_round)
+        c.commit_sync(30)
+
+        def second_round(consumer, m):
+            counts[m.value()].append(m.delivery_count())
+            consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+        odd = {v for v in values if int(v[1:]) % 2}
+        assert poll_until([c], lambda: all(len(counts[v]) == 2 for v in odd), on_message=second_round)
+        c.commit_sync(30)
+        poll_until([c], lambda: False, timeout=2, on_message=second_round)
+    finally:
+        c.close()
+    for v in values:
+        assert counts[v] == ([1, 2] if v in odd else [1]), (v, counts[v])
+
+
+def test_rejected_and_poison_records_are_archived(broker):
+    """REJECT archives at once; a record released again and again is archived at the delivery-count
+    limit (3 here) and never delivered a fourth time."""
+    topic = make_topic(broker.port, 1)
+    fill(broker.bootstrap, topic, 1, 6)
+    group = group_from_earliest(broker)
+    c = share_consumer(broker.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    deliveries = collections.defaultdict(list)
+
+    def act(consumer, m):
+        n = int(m.value()[1:])
+        deliveries[n].append(m.delivery_count())
+        consumer.acknowledge(m, AcknowledgeType.REJECT if n == 0 else AcknowledgeType.RELEASE if n == 1
+                             else AcknowledgeType.ACCEPT)
+    try:
+        assert poll_until([c], lambda: len(deliveries[1]) >= 3 and len(deliveries) == 6, on_message=act,
+                          timeout=60)
+        c.commit_sync(30)
+        poll_until([c], lambda: False, timeout=3, on_message=act)
+    finally:
+        c.close()
+    assert deliveries[0] == [1]
+    assert deliveries[1] == [1, 2, 3]
+    assert all(deliveries[n] == [1] for n in range(2, 6))
+
+
+CHILD = """
+import sys, time
+from confluent_kafka import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+held = []
+end = time.monotonic() + 60
+while not held and time.monotonic() < end:
+    held = [m for m in c.poll(0.5) if m.error() is None]
+print(" ".join(str(m.offset()) for m in held), flush=True)
+time.sleep(120)  # holds its records (never acknowledges) until it is stopped
+"""
+
+
+def test_a_stopped_consumer_s_records_go_to_another_when_its_locks_expire(broker):
+    topic = make_topic(broker.port, 1)
+    values = fill(broker.bootstrap, topic, 1, 10)
+    group = group_from_earliest(broker)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, broker.bootstrap, group, topic], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        held = [int(o) for o in child.stdout.readline().split()]
+        assert held, "the first consumer got nothing"
+        os.kill(child.pid, signal.SIGSTOP)  # its connection stays open: only the lock timeout frees its records
+        other = share_consumer(broker.bootstrap, group, topic)
+        got = {}
+        try:
+            assert poll_until([other], lambda: set(held) <= set(got),
+                              on_message=lambda c, m: got.setdefault(m.offset(), m.delivery_count()))
+        finally:
+            other.close()
+        assert all(got[o] == 2 for o in held), {o: got[o] for o in held}
+        assert len(got) == len(values)
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def test_read_committed_share_group_skips_aborted_transactions(broker):
+    topic = make_topic(broker.port, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("tx"), "linger.ms": 5})
+    p.init_transactions(30)
+    expected = []
+    for t in range(6):
+        p.begin_transaction()
+        for i in range(5):
+            v = f"t{t}-{i}".encode()
+            p.produce(topic, value=v, partition=0)
+            if t % 2 == 0:
+                expected.append(v)
+        p.commit_transaction(30) if t % 2 == 0 else p.abort_transaction(30)
+    group = group_from_earliest(broker, **{"share.isolation.level": "read_committed"})
+    c = share_consumer(broker.bootstrap, group, topic)
+    got = []
+    try:
+        poll_until([c], lambda: len(got) >= len(expected), on_message=lambda _, m: got.append(m.value()))
+        poll_until([c], lambda: False, timeout=2, on_message=lambda _, m: got.append(m.value()))
+    finally:
+        c.close()
+    assert got == expected
+
+
+def test_unrelated_groups_each_see_every_record(broker):
+    topic = make_topic(broker.port, 2)
+    values = fill(broker.bootstrap, topic, 2, 50)
+    groups = [group_from_earliest(broker) for _ in range(2)]
+    consumers = [share_consumer(broker.bootstrap, g, topic) for g in groups]
+    seen = [set(), set()]
+    try:
+        poll_until(consumers, lambda: all(len(s) == len(values) for s in seen),
+                   on_message=lambda c, m: seen[consumers.index(c)].add(m.value()))
+    finally:
+        for c in consumers:
+            c.close()
+    assert seen == [set(values), set(values)]
