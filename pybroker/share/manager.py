@@ -148,7 +148,7 @@ class SharePartitionManager:
                     w.cancel()
 
     async def _acquire_all(self, group_id, member_id, wanted, max_records, max_bytes) -> tuple[dict, int]:
-        results, total = {}, 0
+        results, total, acquired_on = {}, 0, []
         budget_records, budget_bytes = max_records, max_bytes
         for topic, index, topic_id in wanted:
             h = await self._get(group_id, topic, index, topic_id)
@@ -161,9 +161,12 @@ class SharePartitionManager:
             got = self._acquire(h, member_id, budget_records, budget_bytes)
             results[(topic, index)] = got
             if got.records:
+                acquired_on.append(h)
                 total += len(got.records)
                 budget_bytes -= len(got.records)
                 budget_records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+        if acquired_on:  # delivery counts are durable before the records go out: a new leader keeps them
+            await asyncio.gather(*(self.persist(h) for h in acquired_on))
         return results, total
 
     def _acquire(self, h: Held, member_id: str, max_records: int, max_bytes: int) -> Fetched:
@@ -264,6 +267,19 @@ class SharePartitionManager:
             task = asyncio.get_running_loop().create_task(self.persist(h))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def retire_group(self, group_id: str, unused) -> None:
+        """No member of the group fetches here any more: once what it changed is written, forget its
+        share-partitions (while ``unused()`` still holds), so the next member reads the durable state
+        again (an operator may have reset it meanwhile)."""
+        async def retire():
+            for h in [h for h in self.held.values() if h.key.group_id == group_id]:
+                await self.persist(h)
+            if unused():
+                self.forget_group(group_id)
+        task = asyncio.get_running_loop().create_task(retire())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def forget_group(self, group_id: str) -> None:
         for k in [k for k in self.held if k.group_id == group_id]:

@@ -58,6 +58,10 @@ class ShareService:
             self.release(session)
 
     def release(self, session) -> None:
+        """A share session ended: what its member held goes back to the others."""
         changed = self.partitions.release_member(session.group_id, session.member_id, session.partitions)
         for h in changed:
             self.partitions.persist_later(h)
+        group_id = session.group_id
+        if not self.sessions.of_group(group_id):
+            self.partitions.retire_group(group_id, lambda: not self.sessions.of_group(group_id))

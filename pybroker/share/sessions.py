@@ -61,5 +61,8 @@ class ShareSessions:
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
 
+    def of_group(self, group_id: str) -> list[ShareSession]:
+        return [s for s in self.sessions.values() if s.group_id == group_id]
+
     def of_connection(self, connection_id: int) -> list[ShareSession]:
         return [s for s in self.sessions.values() if s.connection_id == connection_id]

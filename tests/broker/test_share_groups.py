@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer
 
 from tests.clientutil import start_broker
-from tests.shareutil import fill, make_topic, poll_until, set_group_config, share_consumer, unique
+from tests.shareutil import Holder, fill, make_topic, poll_until, set_group_config, share_consumer, unique
 
 SETTINGS = {"group.share.min.record.lock.duration.ms": 1000, "group.share.record.lock.duration.ms": 3000,
             "group.share.min.session.timeout.ms": 6000, "group.share.session.timeout.ms": 6000,
@@ -190,3 +190,34 @@ def test_unrelated_groups_each_see_every_record(broker):
         for c in consumers:
             c.close()
     assert seen == [set(values), set(values)]
+
+
+def test_broker_killed_with_records_acknowledged_and_in_flight(broker_factory, tmp_path):
+    """kill -9 of the broker while a member holds records it has not acknowledged: after the restart no
+    accepted record comes again, every other one does, and the ones that were in flight come with their
+    delivery count kept (2)."""
+    data = str(tmp_path / "kill-data")
+    b = broker_factory(overrides=SETTINGS, data_dir=data)
+    topic = make_topic(b.port, 2)
+    values = fill(b.bootstrap, topic, 2, 200, **{"batch.num.messages": 10})
+    group = group_from_earliest(b)
+    holder = Holder(b.bootstrap, group, topic, max_records=20)
+    try:
+        assert holder.accepted and holder.held
+        b.kill()
+    finally:
+        holder.kill()
+    b2 = broker_factory(overrides=SETTINGS, data_dir=data, port=b.port)
+    c = share_consumer(b2.bootstrap, group, topic)
+    got = {}
+    try:
+        poll_until([c], lambda: len(got) >= len(values) - len(holder.accepted),
+                   on_message=lambda _, m: got.setdefault((m.partition(), m.offset()), []).append(m.delivery_count()))
+        poll_until([c], lambda: False, timeout=2,
+                   on_message=lambda _, m: got.setdefault((m.partition(), m.offset()), []).append(m.delivery_count()))
+    finally:
+        c.close()
+    assert not holder.accepted & set(got), sorted(holder.accepted & set(got))[:5]
+    assert len(got) + len(holder.accepted) == len(values)
+    assert all(len(n) == 1 for n in got.values())
+    assert {k: n[0] for k, n in got.items() if k in holder.held} == {k: 2 for k in holder.held}
