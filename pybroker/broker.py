@@ -100,6 +100,11 @@ class Broker:
         self.replicas.listeners.append(share)
         share.startup()
 
+    def _share_group_type(self, group_id: str) -> str | None:
+        """"share" when a share group of that id is coordinated here (pybroker/share), else None."""
+        share = getattr(self.services, "share", None)
+        return "share" if share is not None and share.groups.describe(group_id) is not None else None
+
     @property
     def server(self):
         return self.servers[0] if self.servers else None
@@ -126,6 +131,7 @@ class Broker:
         # committed offsets load as offsets partitions become led here: no request sees a half-loaded store
         self.offsets = OffsetStore(cfg, self.services)
         self.coordinator = GroupCoordinator(cfg, self.offsets)
+        self.coordinator.other_group_type = self._share_group_type  # JoinGroup/ConsumerGroupHeartbeat refuse those ids
         self.offsets.coordinator = self.coordinator
         self.replicas.listeners.append(self.offsets)
         self.coordinator.startup()
@@ -264,7 +270,11 @@ class Broker:
                                                   health=lambda: (self.ready, self.readiness)).start()
 
     def _extra_metrics(self) -> list:
-        return self.iceberg.metric_families() if self.iceberg is not None else []
+        extra = self.iceberg.metric_families() if self.iceberg is not None else []
+        if self.services.share is not None:
+            from pybroker.share.metrics import metric_families
+            extra += metric_families(self.services.share.partitions)
+        return extra
 
     async def _start_listeners(self) -> None:
         from pybroker.net.limits import ConnectionLimits

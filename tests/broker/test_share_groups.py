@@ -12,7 +12,9 @@ import sys
 import pytest
 from confluent_kafka import AcknowledgeType, Producer
 
+from tests.broker.test_metrics import scrape
 from tests.clientutil import start_broker
+from tests.cluster import free_ports
 from tests.shareutil import Holder, fill, make_topic, poll_until, set_group_config, share_consumer, unique
 
 SETTINGS = {"group.share.min.record.lock.duration.ms": 1000, "group.share.record.lock.duration.ms": 3000,
@@ -26,7 +28,9 @@ EARLIEST = {"share.auto.offset.reset": "earliest"}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = start_broker(tmp_path_factory, "share", SETTINGS)
+    port = free_ports(1)[0]
+    b = start_broker(tmp_path_factory, "share", {**SETTINGS, "metrics.listener": f"http://127.0.0.1:{port}"})
+    b.metrics_port = port
     yield b
     b.stop()
     b.close()
@@ -107,11 +111,21 @@ def test_rejected_and_poison_records_are_archived(broker):
                           timeout=60)
         c.commit_sync(30)
         poll_until([c], lambda: False, timeout=3, on_message=act)
+        samples = scrape(broker.metrics_port)  # while the group fetches here (its share-partition is held)
     finally:
         c.close()
     assert deliveries[0] == [1]
     assert deliveries[1] == [1, 2, 3]
     assert all(deliveries[n] == [1] for n in range(2, 6))
+    # /metrics: 8 deliveries, 2 releases (the third delivery of 1 archived it), 2 archivals, 4 accepted
+    labels = frozenset({"group": group, "topic": topic, "partition": "0"}.items())
+    assert {name: samples.get((name, labels)) for name in (
+        "pybroker_share_partition_acquisitions_total", "pybroker_share_partition_releases_total",
+        "pybroker_share_partition_archivals_total", "pybroker_share_partition_acknowledged_total",
+        "pybroker_share_partition_in_flight_records", "pybroker_share_partition_lag")} == {
+        "pybroker_share_partition_acquisitions_total": 8, "pybroker_share_partition_releases_total": 2,
+        "pybroker_share_partition_archivals_total": 2, "pybroker_share_partition_acknowledged_total": 4,
+        "pybroker_share_partition_in_flight_records": 0, "pybroker_share_partition_lag": 0}
 
 
 CHILD = """
