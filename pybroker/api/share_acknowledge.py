@@ -1,6 +1,6 @@
 """ShareAcknowledge (KIP-932): acknowledgements without a fetch, through the member's share session
 (an epoch -1 request also closes it: what the member still holds is released)."""
-from pybroker.api.share_common import acknowledgements, apply_acknowledgements, partitions_by_topic
+from pybroker.api.share_common import acknowledgements, apply_acknowledgements, bad_types, partitions_by_topic
 from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, INVALID_SHARE_SESSION_EPOCH
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -8,7 +8,7 @@ from pybroker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 
 API_KEY = 79
 MIN_VERSION = 1
-MAX_VERSION = 1
+MAX_VERSION = 2
 
 Response = RESPONSES[API_KEY]
 
@@ -22,18 +22,22 @@ async def handle(ctx, request):
         return _error(INVALID_REQUEST, "a share acknowledgement needs a group id and a member id")
     if request.share_session_epoch == INITIAL_EPOCH:  # only ShareFetch opens a session
         return _error(INVALID_SHARE_SESSION_EPOCH)
+    acks = acknowledgements(request.topics)
+    if bad_types(acks, ctx.version >= 2 and request.is_renew_ack):
+        return _error(INVALID_REQUEST, "acknowledge type RENEW only in a renewing request")
     error, session = share.sessions.use(request.group_id, request.member_id, request.share_session_epoch)
     if error:
         return _error(error)
     results = {}
-    await apply_acknowledgements(ctx, share, request.group_id, request.member_id, acknowledgements(request.topics),
-                                 results, Response.PartitionData)
+    await apply_acknowledgements(ctx, share, request.group_id, request.member_id, acks, results,
+                                 Response.PartitionData)
     if request.share_session_epoch == FINAL_EPOCH:
         share.sessions.close(request.group_id, request.member_id)
         share.release(session)
     topics = [Response.ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps)
               for t, ps in partitions_by_topic(results)]
-    return Response(throttle_time_ms=0, error_code=0, responses=topics, node_endpoints=[])
+    return Response(throttle_time_ms=0, error_code=0, responses=topics, node_endpoints=[],
+                    acquisition_lock_timeout_ms=share.settings_for(request.group_id).lock_duration_ms)
 
 
 def _error(code: int, message: str | None = None):

@@ -17,6 +17,14 @@ def acknowledgements(topics) -> dict:
     return out
 
 
+RENEW = 4
+
+
+def bad_types(acks: dict, renewing: bool) -> bool:
+    """RENEW (KIP-1222) only in a renewing request (v2 IsRenewAck)."""
+    return not renewing and any(RENEW in types for batches in acks.values() for _, _, types in batches)
+
+
 def group_error(ctx, group_id: str) -> tuple[int, str | None]:
     """A group this broker coordinates that is a classic or consumer group: GROUP_ID_NOT_FOUND."""
     coordinator = ctx.services.coordinator

@@ -2,8 +2,8 @@
 with its acknowledgements of earlier records piggybacked. Records come back as the log's batches with
 the ranges acquired for this member (pybroker/share/manager.py); the client skips the rest."""
 from pybroker.api.leader_hints import LeaderHints
-from pybroker.api.share_common import (acknowledgements, apply_acknowledgements, group_error, open_or_use_session,
-                                       partitions_by_topic)
+from pybroker.api.share_common import (acknowledgements, apply_acknowledgements, bad_types, group_error,
+                                       open_or_use_session, partitions_by_topic)
 from pybroker.protocol.errors import (GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, NOT_LEADER_OR_FOLLOWER,
                                       TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID)
 from pybroker.protocol.messages import RESPONSES
@@ -12,7 +12,9 @@ from pybroker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 
 API_KEY = 78
 MIN_VERSION = 1
-MAX_VERSION = 1
+MAX_VERSION = 2
+DEFAULT_MAX_RECORDS = 500  # share.fetch.max.fetch.records when a request names none
+RECORD_LIMIT = 1  # ShareAcquireMode (v2): never more records than MaxRecords
 
 Response = RESPONSES[API_KEY]
 
@@ -28,9 +30,15 @@ async def handle(ctx, request):
     if error:
         return _error(error, message)
     acks = acknowledgements(request.topics)
+    renewing = ctx.version >= 2 and request.is_renew_ack
+    if bad_types(acks, renewing):
+        return _error(INVALID_REQUEST, "acknowledge type RENEW only in a renewing request")
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH and acks:
         return _error(INVALID_REQUEST, "acknowledgements cannot open a share session")
+    if epoch == FINAL_EPOCH and (request.forgotten_topics_data or any(
+            not p.acknowledgement_batches for t in request.topics or () for p in t.partitions)):
+        return _error(INVALID_REQUEST, "a final share fetch cannot add or forget partitions")
     error, session = open_or_use_session(ctx, share, request.group_id, request.member_id, epoch)
     if error:
         return _error(error)
@@ -42,6 +50,8 @@ async def handle(ctx, request):
     if epoch == FINAL_EPOCH:
         share.sessions.close(request.group_id, request.member_id)
         share.release(session)
+        return _respond(ctx, request.group_id, results, hints)
+    if renewing:  # KIP-1222: locks renewed, nothing fetched
         return _respond(ctx, request.group_id, results, hints)
     for t in request.topics or ():
         for p in t.partitions:
@@ -60,8 +70,9 @@ async def handle(ctx, request):
         else:
             wanted.append((name, index, topic_id))
     fetched = await share.partitions.fetch(request.group_id, request.member_id, wanted,
-                                           max(getattr(request, "max_records", 0) or 0, 0) or 500,
-                                           request.max_bytes, request.max_wait_ms, request.min_bytes)
+                                           request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS,
+                                           request.max_bytes, request.max_wait_ms, request.min_bytes,
+                                           record_limit=ctx.version >= 2 and request.share_acquire_mode == RECORD_LIMIT)
     for name, index, topic_id in wanted:
         f = fetched.get((name, index))
         if f is None or (not f.error and not f.acquired and (topic_id, index) not in results):

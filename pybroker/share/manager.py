@@ -127,13 +127,14 @@ class SharePartitionManager:
     # ---- ShareFetch ---------------------------------------------------------------------------
 
     async def fetch(self, group_id: str, member_id: str, wanted: list, max_records: int, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int) -> dict:
+                    max_wait_ms: int, min_bytes: int, record_limit: bool = False) -> dict:
         """``wanted``: (topic, index, topic id) triples. {(topic, index): Fetched}. Waits up to
         ``max_wait_ms`` while nothing can be acquired."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(max_wait_ms, 0) / 1000
         while True:
-            results, total = await self._acquire_all(group_id, member_id, wanted, max_records, max_bytes)
+            results, total = await self._acquire_all(group_id, member_id, wanted, max_records, max_bytes,
+                                                     record_limit)
             remaining = deadline - loop.time()
             if total >= max(min_bytes, 1) or remaining <= 0 or any(r.error for r in results.values()):
                 return results
@@ -147,7 +148,8 @@ class SharePartitionManager:
                 for w in waits:
                     w.cancel()
 
-    async def _acquire_all(self, group_id, member_id, wanted, max_records, max_bytes) -> tuple[dict, int]:
+    async def _acquire_all(self, group_id, member_id, wanted, max_records, max_bytes,
+                           record_limit: bool) -> tuple[dict, int]:
         results, total, acquired_on = {}, 0, []
         budget_records, budget_bytes = max_records, max_bytes
         for topic, index, topic_id in wanted:
@@ -158,7 +160,7 @@ class SharePartitionManager:
             if budget_records <= 0 or budget_bytes <= 0:
                 results[(topic, index)] = Fetched()
                 continue
-            got = self._acquire(h, member_id, budget_records, budget_bytes)
+            got = self._acquire(h, member_id, budget_records, budget_bytes, record_limit)
             results[(topic, index)] = got
             if got.records:
                 acquired_on.append(h)
@@ -169,7 +171,7 @@ class SharePartitionManager:
             await asyncio.gather(*(self.persist(h) for h in acquired_on))
         return results, total
 
-    def _acquire(self, h: Held, member_id: str, max_records: int, max_bytes: int) -> Fetched:
+    def _acquire(self, h: Held, member_id: str, max_records: int, max_bytes: int, record_limit: bool) -> Fetched:
         partition = self.services.replicas.get_leader(h.topic, h.index)
         if partition is None or partition.leader_epoch != h.leader_epoch:
             self.held.pop(h.key, None)
@@ -196,8 +198,10 @@ class SharePartitionManager:
             return Fetched()
         skip = B.never_delivered(spans, partition.aborted_transactions(spans[0].base) if committed_only else [],
                                  committed_only)
-        acquired = sp.acquire(member_id, [(s.base, s.last) for s in spans], max_records, _now_ms(), skip=skip,
-                              read_from=offset)
+        ranges = [(s.base, s.last) for s in spans]
+        if record_limit:  # ShareFetch v2 record_limit mode: never more than max_records, batches cut
+            ranges = _at_most(ranges, offset, max_records)
+        acquired = sp.acquire(member_id, ranges, max_records, _now_ms(), skip=skip, read_from=offset)
         if not acquired:
             return Fetched()
         last = max(a.last_offset for a in acquired)
@@ -296,6 +300,22 @@ class SharePartitionManager:
                     self.persist_later(h)
             if moved:
                 self._changed.set()
+
+
+def _at_most(ranges: list, start: int, count: int) -> list:
+    """The batch ranges cut so that at most ``count`` offsets from ``start`` on are covered."""
+    out = []
+    for base, last in ranges:
+        first = max(base, start)
+        if first > last:
+            out.append((base, last))
+            continue
+        if last - first + 1 >= count:
+            out.append((base, first + count - 1))
+            break
+        out.append((base, last))
+        count -= last - first + 1
+    return out
 
 
 def _now_ms() -> int:
