@@ -5,7 +5,7 @@ from pybroker.protocol.messages import RESPONSES
 
 API_KEY = 85
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1  # v1's DeliveryCompleteCount is recomputed from the batches
 
 Response = RESPONSES[API_KEY]
 

@@ -39,6 +39,10 @@ class ShareState:
     batches: list = field(default_factory=list)  # (first, last, delivery state, delivery count)
     snapshot_epoch: int = 0
 
+    def delivery_complete(self) -> int:
+        """In-flight records acknowledged or archived (delivery states 2 and 4)."""
+        return sum(last - first + 1 for first, last, state, _ in self.batches if state in (2, 4))
+
 
 def uuid_text(topic_id: uuid.UUID) -> str:
     """Kafka's base64url form of a topic id (no padding), as in FindCoordinator share keys."""
