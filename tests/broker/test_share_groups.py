@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer
@@ -235,3 +236,35 @@ def test_broker_killed_with_records_acknowledged_and_in_flight(broker_factory, t
     assert len(got) + len(holder.accepted) == len(values)
     assert all(len(n) == 1 for n in got.values())
     assert {k: n[0] for k, n in got.items() if k in holder.held} == {k: 2 for k in holder.held}
+
+
+def test_classic_kip848_and_share_groups_side_by_side(broker):
+    """One topic read at once by a classic group, a KIP-848 consumer group and a share group: each group
+    gets every record (the share group each once), and none disturbs the others."""
+    from confluent_kafka import Consumer
+    topic = make_topic(broker.port, 3)
+    values = fill(broker.bootstrap, topic, 3, 300, **{"batch.num.messages": 10})
+    base = {"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest", "log_level": 3}
+    classic = Consumer({**base, "group.id": unique("classic")})
+    modern = Consumer({**base, "group.id": unique("kip848"), "group.protocol": "consumer"})
+    for c in (classic, modern):
+        c.subscribe([topic])
+    share_group = group_from_earliest(broker)
+    shared = [share_consumer(broker.bootstrap, share_group, topic, **{"max.poll.records": 20}) for _ in range(2)]
+    got = {"classic": collections.Counter(), "kip848": collections.Counter(), "share": collections.Counter()}
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not all(len(g) == len(values) for g in got.values()):
+            for name, c in (("classic", classic), ("kip848", modern)):
+                for m in c.consume(100, 0.1):
+                    if m.error() is None:
+                        got[name][m.value()] += 1
+            for c in shared:
+                for m in c.poll(0.1):
+                    if m.error() is None:
+                        got["share"][m.value()] += 1
+    finally:
+        for c in (classic, modern, *shared):
+            c.close()
+    for name, counts in got.items():
+        assert set(counts) == set(values) and max(counts.values()) == 1, name
