@@ -144,7 +144,10 @@ time.sleep(120)  # holds its records (never acknowledges) until it is stopped
 """
 
 
-def test_a_stopped_consumer_s_records_go_to_another_when_its_locks_expire(broker):
+@pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
+def test_a_stopped_or_killed_consumer_s_records_go_to_another(broker, fault):
+    """SIGSTOP: the consumer's connection stays open, only the acquisition lock timeout frees its records;
+    kill -9: its connection closes, which ends its share session and releases them at once."""
     topic = make_topic(broker.port, 1)
     values = fill(broker.bootstrap, topic, 1, 10)
     group = group_from_earliest(broker)
@@ -153,7 +156,7 @@ def test_a_stopped_consumer_s_records_go_to_another_when_its_locks_expire(broker
     try:
         held = [int(o) for o in child.stdout.readline().split()]
         assert held, "the first consumer got nothing"
-        os.kill(child.pid, signal.SIGSTOP)  # its connection stays open: only the lock timeout frees its records
+        os.kill(child.pid, getattr(signal, fault))
         other = share_consumer(broker.bootstrap, group, topic)
         got = {}
         try:
