@@ -136,6 +136,8 @@ def _add_tool_commands(sub) -> None:
     add_acls_command(sub)
     from pybroker.tools.transactions import add_parser as add_transactions_command  # kafka-transactions
     add_transactions_command(sub)
+    from pybroker.tools.share_groups import add_parser as add_share_groups_command  # kafka-share-groups
+    add_share_groups_command(sub)
     from pybroker.tools.schemas import add_parser as add_schemas_command  # the schema registry's REST API
     add_schemas_command(sub)
     from pybroker.tools.iceberg_status import add_parser as add_iceberg_command  # tables' progress and lag

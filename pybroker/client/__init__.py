@@ -1,8 +1,10 @@
-"""Kafka clients for pybroker (and any Kafka-protocol broker): producer, consumer, admin.
+"""Kafka clients for pybroker (and any Kafka-protocol broker): producer, consumer, share consumer, admin.
 
 Each client comes in two forms with the same methods: an asyncio one (``AsyncProducer``,
-``AsyncConsumer``, ``AsyncAdminClient``) and a blocking one (``Producer``, ``Consumer``,
-``AdminClient``) that runs its async twin on a background event-loop thread. Settings use
+``AsyncConsumer``, ``AsyncShareConsumer``, ``AsyncAdminClient``) and a blocking one (``Producer``,
+``Consumer``, ``ShareConsumer``, ``AdminClient``) that runs its async twin on a background event-loop
+thread. The share consumer (KIP-932) consumes a topic as a queue with the other members of its share
+group (see ``share_consumer``). Settings use
 Kafka's property names (``bootstrap.servers``, ``linger.ms``, ``group.id``...); an unknown name
 or a bad value raises ``ConfigError``. Broker errors raise ``KafkaError`` with Kafka's error
 ``name``/``code`` and ``retriable``.
@@ -50,12 +52,15 @@ _EXPORTS = {
     "AdminClient": ".admin", "AsyncAdminClient": ".admin",
     "Producer": ".producer", "AsyncProducer": ".producer",
     "Consumer": ".consumer", "AsyncConsumer": ".consumer",
+    "ShareConsumer": ".share_consumer", "AsyncShareConsumer": ".share_consumer",
+    "ShareConsumerRecord": ".share_session", "AcknowledgeType": ".share_session", "IllegalStateError": ".share_session",
     "TopicPartition": ".types", "OffsetAndMetadata": ".types", "RecordMetadata": ".types",
     "ConsumerGroupMetadata": ".types", "TransactionError": ".errors",
     "NewTopic": ".types", "ConfigResource": ".types", "OffsetSpec": ".types",
     "ListOffsetsResult": ".types", "ClusterMetadata": ".types", "TopicMetadata": ".types",
     "PartitionMetadata": ".types", "BrokerMetadata": ".types", "GroupDescription": ".types",
-    "GroupListing": ".types", "MemberDescription": ".types",
+    "GroupListing": ".types", "MemberDescription": ".types", "ShareGroupDescription": ".types",
+    "ShareMemberDescription": ".types", "SharePartitionOffsetInfo": ".types",
     "EARLIEST": ".types", "LATEST": ".types", "MAX_TIMESTAMP": ".types",
     "KafkaError": ".errors", "KafkaErrors": ".errors", "KafkaConnectionError": ".errors",
     "KafkaTimeoutError": ".errors", "ConfigError": ".errors", "BufferFullError": ".errors",

@@ -1,4 +1,4 @@
-"""Admin client: topics, partitions, configs, consumer groups, offsets and records.
+"""Admin client: topics, partitions, configs, consumer and share groups, offsets and records.
 
 ``AsyncAdminClient(conf)`` has coroutine methods; ``AdminClient(conf)`` the same methods,
 blocking (run on a background event loop). Both are context managers and connect lazily.
@@ -14,6 +14,8 @@ import struct
 import time
 
 from pybroker.client import config as client_config
+from pybroker.client.admin_share import SYNC_METHODS as SHARE_GROUP_METHODS
+from pybroker.client.admin_share import ShareGroupAdmin
 from pybroker.client.cluster import CONTROLLER, Cluster, backoff_s
 from pybroker.client.errors import KafkaError, KafkaErrors, UnknownTopicError, error_for
 from pybroker.client.runner import LoopThread
@@ -42,8 +44,9 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-class AsyncAdminClient:
-    """Asyncio admin client. ``conf``: Kafka admin settings (``bootstrap.servers`` required)."""
+class AsyncAdminClient(ShareGroupAdmin):
+    """Asyncio admin client. ``conf``: Kafka admin settings (``bootstrap.servers`` required).
+    Share-group calls: ``admin_share.ShareGroupAdmin``."""
 
     def __init__(self, conf: dict):
         self.config = client_config.parse(conf, "admin")
@@ -296,16 +299,23 @@ class AsyncAdminClient:
 
     # ---- groups -------------------------------------------------------------------------
 
-    async def list_groups(self) -> list:
-        """Every group known to any broker: a list of GroupListing (state empty on old brokers)."""
+    async def list_groups(self, types=None, states=None) -> list:
+        """Every group known to any broker: a list of GroupListing (state and type empty on old brokers).
+        ``types`` (e.g. ["share"]; "classic", "consumer", "share", "streams") and ``states`` keep only
+        those groups (matched case-insensitively; brokers before ListGroups v5 cannot filter by type)."""
         md = await self.cluster.refresh([])
         api = REQUESTS[LIST_GROUPS]
-        replies = await asyncio.gather(*(self._call(node, api(states_filter=[], types_filter=[]))
+        types = [t.lower() for t in ([types] if isinstance(types, str) else types or [])]
+        states = list([states] if isinstance(states, str) else states or [])
+        lo = 5 if types else (4 if states else VERSIONS[LIST_GROUPS][0])
+        replies = await asyncio.gather(*(self.cluster.call(node, api(states_filter=states, types_filter=types),
+                                                           lo, VERSIONS[LIST_GROUPS][1])
                                          for node in sorted(md.brokers)))
         seen = {}
         for resp in replies:
             for g in resp.groups:
-                seen.setdefault(g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state or ""))
+                seen.setdefault(g.group_id, GroupListing(g.group_id, g.protocol_type, g.group_state or "",
+                                                         g.group_type or ""))
         return list(seen.values())
 
     async def describe_groups(self, group_ids) -> dict:
@@ -539,7 +549,7 @@ def _sync_method(name):
 
 for _name in ("create_topics", "delete_topics", "list_topics", "describe_topics", "create_partitions",
               "describe_configs", "alter_configs", "list_groups", "describe_groups", "delete_groups",
-              "list_group_offsets", "list_offsets", "delete_records"):
+              "list_group_offsets", "list_offsets", "delete_records", *SHARE_GROUP_METHODS):
     setattr(AdminClient, _name, _sync_method(_name))
 del _name
 

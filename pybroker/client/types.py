@@ -128,6 +128,7 @@ class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
     state: str = ""
+    group_type: str = ""  # ListGroups v5+: "classic", "consumer", "share", "streams" ("" from older brokers)
 
 
 class MemberDescription(NamedTuple):
@@ -148,3 +149,33 @@ class GroupDescription(NamedTuple):
     members: list  # MemberDescriptions
     coordinator: int = -1
     error: int = 0
+
+
+class ShareMemberDescription(NamedTuple):
+    """A member of a share group, as ShareGroupDescribe shows it."""
+    member_id: str
+    client_id: str
+    client_host: str
+    rack_id: str | None
+    member_epoch: int
+    subscribed_topics: list  # topic names
+    assignment: list  # TopicPartitions (other members may have the same ones)
+
+
+class ShareGroupDescription(NamedTuple):
+    """A share group: state "Empty", "Stable" or "Dead", epochs, the assignor, the members."""
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list  # ShareMemberDescriptions
+    coordinator: int = -1
+
+
+class SharePartitionOffsetInfo(NamedTuple):
+    """A share-partition's progress: the start offset (the first record not yet delivered for good;
+    -1 when the group has no state for it), its leader epoch, and the lag (-1 when unknown)."""
+    start_offset: int
+    leader_epoch: int = -1
+    lag: int = -1
