@@ -657,9 +657,11 @@ EXPECTED_DIFFERENCES: dict[str, list[tuple]] = {
         (None, ICEBERG_CONFIGS, ICEBERG_WHY),
     ],
     "api_versions": [
-        (0, r"api_keys\.api_key=(1|2|10|18|68)\.max_version",
+        (0, r"api_keys\.api_key=(1|2|10|15|18|68)\.max_version",
          "pybroker also serves the versions Kafka 3.9/4.0 added; a 3.8 client takes the highest both know"),
         (0, r"api_keys\.api_key=75\..*", "DescribeTopicPartitions is served in both modes (Kafka: KRaft only)"),
+        (0, r"api_keys\.api_key=(76|77|78|79|83|84|85|86|87|90|91|92)\..*",
+         "share groups (KIP-932) as Kafka 4.2 serves them: Kafka 3.8 has them only as unreleased early versions"),
         (0, r"(finalized|supported)_features.*",
          "pybroker has no KRaft metadata log (metadata.version) and finalizes group.version for KIP-848"),
     ],

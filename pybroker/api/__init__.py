@@ -54,5 +54,9 @@ from pybroker.api import (delete_share_group_state, initialize_share_group_state
 
 MODULES += (share_group_heartbeat, share_fetch, share_acknowledge, initialize_share_group_state,
             read_share_group_state, write_share_group_state, delete_share_group_state, read_share_group_state_summary)
+from pybroker.api import (alter_share_group_offsets, delete_share_group_offsets,  # noqa: E402  (share-group admin:
+                          describe_share_group_offsets, share_group_describe)  # pybroker/share/admin.py)
+
+MODULES += (share_group_describe, describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets)
 TABLE = {m.API_KEY: m for m in MODULES}
 api_versions.TABLE.update(TABLE)  # ApiVersions answers from this table without importing it

@@ -182,6 +182,16 @@ def _consumer_group_describe(cls, version, request, code, message):
     return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code) for g in request.group_ids])
 
 
+def _share_group_describe(cls, version, request, code, message):
+    return cls(groups=[cls.DescribedGroup(group_id=g, error_code=code, members=[]) for g in request.group_ids])
+
+
+def _describe_share_group_offsets(cls, version, request, code, message):  # each group, no partitions
+    return cls(groups=[cls.DescribeShareGroupOffsetsResponseGroup(
+        group_id=g.group_id, topics=[], error_code=code, error_message=message or _describe(code))
+        for g in request.groups])
+
+
 # ---- admin -----------------------------------------------------------------------------------
 
 def _create_topics(cls, version, request, code, message):
@@ -341,4 +351,5 @@ _BUILDERS = {
     51: _alter_user_scram_credentials, 61: _describe_producers, 65: _describe_transactions,
     68: _consumer_group_heartbeat, 69: _consumer_group_describe, 75: _describe_topic_partitions,
     83: _share_state, 84: _share_state, 85: _share_state, 86: _share_state, 87: _share_state,
+    77: _share_group_describe, 90: _describe_share_group_offsets,
 }

@@ -110,6 +110,8 @@ class ConsumerGroupCoordinator:
             invalid_regex = topic_regex.invalid_message(req.subscribed_regex)
             if invalid_regex:
                 return HeartbeatResult(INVALID_REGULAR_EXPRESSION, invalid_regex)
+        if self.parent.other_group_type(req.group_id) is not None:  # a share group's id, as Kafka 4.2 answers
+            return HeartbeatResult(GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(req)
         group, error, message = self._group_for(req)

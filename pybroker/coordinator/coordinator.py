@@ -37,6 +37,10 @@ OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600000  # offsets.retention.check.interval
 UNKNOWN_MEMBER = ""
 
 
+def _no_other_group(group_id) -> None:
+    return None
+
+
 @dataclass
 class JoinResult:
     error: int
@@ -78,6 +82,9 @@ class GroupCoordinator:
         self._loop = None
         self._expiry_task = None
         self.consumer = ConsumerGroupCoordinator(self)  # KIP-848 groups, beside the classic ones here
+        # group id -> the type of a group of that id that is neither classic nor consumer ("share"), or None;
+        # set by the broker (share groups live in pybroker/share, which this package does not know)
+        self.other_group_type = _no_other_group
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -150,6 +157,8 @@ class GroupCoordinator:
             return JoinResult(error, member_id)
         if not GROUP_MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= GROUP_MAX_SESSION_TIMEOUT_MS:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        if self.other_group_type(group_id) is not None:  # a share group's id: Kafka 4.2's answer
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER)
         protocols = [(p.name, bytes(p.metadata)) for p in protocols]
         consumer_group = self.consumer.serves_classic(group_id)
         if consumer_group is not None:  # a consumer group with members takes classic members too

@@ -280,7 +280,8 @@ TXN_UNKNOWN = {NOT_COORDINATOR, INVALID_PRODUCER_ID_MAPPING}  # NOT_COORDINATOR 
 EXPECTED = {
     11: {INVALID_GROUP_ID}, 12: {INVALID_GROUP_ID}, 13: {INVALID_GROUP_ID},
     14: {INVALID_GROUP_ID, INCONSISTENT_GROUP_PROTOCOL},  # v5 checks protocol type and name first
-    15: {NONE, NOT_COORDINATOR},  # NOT_COORDINATOR until a FindCoordinator made __consumer_offsets
+    # NOT_COORDINATOR until a FindCoordinator made __consumer_offsets; v6 says an unknown group is not found
+    15: {NONE, NOT_COORDINATOR, GROUP_ID_NOT_FOUND},
     16: {NONE}, 17: {ILLEGAL_SASL_STATE},  # a SASL handshake on a PLAINTEXT listener
     18: {NONE}, 22: {NONE}, 25: TXN_UNKNOWN, 26: TXN_UNKNOWN, 28: TXN_UNKNOWN | {UNKNOWN_MEMBER_ID},
     29: {SECURITY_DISABLED},  # no authorizer configured

@@ -29,6 +29,7 @@ PASSWORDS = {"PLAIN": "alice-secret", "SCRAM-SHA-256": "carol-256", "SCRAM-SHA-5
 USERS = {"PLAIN": "alice", "SCRAM-SHA-256": "carol", "SCRAM-SHA-512": "carol"}
 DEADLINE = 30.0
 KAFKA_HOME = os.path.expanduser("~/.cache/pybroker-kafka/kafka_2.13-3.8.0")
+KAFKA_38_LAST_API = 75  # DescribeTopicPartitions: the newest API a Kafka 3.8 broker serves
 
 
 def wait_until(predicate, timeout: float = DEADLINE, what: str = "condition"):
@@ -277,7 +278,9 @@ def test_gate_matches_kafka(tmp_path, broker):
         assert {name: run_steps(port, steps) for name, steps in gate_cases("alice").items()} == GATE
         with WireClient(port) as client:  # KRaft leaves the ZooKeeper-era APIs out: those are compared too
             ranges = {a.api_key: (a.min_version, a.max_version) for a in client.api_versions().api_keys}
-        cases = [(k, v) for k, api in sorted(TABLE.items()) if k != 36 for v in {api.MIN_VERSION, api.MAX_VERSION}
+        # APIs newer than Kafka 3.8 (the share groups of Kafka 4.2) have nothing to be compared with
+        cases = [(k, v) for k, api in sorted(TABLE.items()) if k != 36 and (k in ranges or k <= KAFKA_38_LAST_API)
+                 for v in {api.MIN_VERSION, api.MAX_VERSION}
                  if ranges.get(k, (v, v))[0] <= v <= ranges.get(k, (v, v))[1]]
         theirs = refusals(port, cases)
     finally:
