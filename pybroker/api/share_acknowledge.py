@@ -1,9 +1,8 @@
 """ShareAcknowledge (KIP-932): acknowledgements without a fetch, through the member's share session
 (an epoch -1 request also closes it: what the member still holds is released)."""
-from pybroker.api.share_common import acknowledgements, apply_acknowledgements, bad_types, partitions_by_topic
-from pybroker.protocol.errors import GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, INVALID_SHARE_SESSION_EPOCH
+from pybroker.api.share_common import acknowledgements, apply_acknowledgements, partitions_by_topic, refusal
+from pybroker.protocol.errors import INVALID_SHARE_SESSION_EPOCH
 from pybroker.protocol.messages import RESPONSES
-from pybroker.security import acl as A
 from pybroker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 
 API_KEY = 79
@@ -15,16 +14,12 @@ Response = RESPONSES[API_KEY]
 
 async def handle(ctx, request):
     share = ctx.services.share
-    authz = ctx.authorizer
-    if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
-        return _error(GROUP_AUTHORIZATION_FAILED)
-    if not request.group_id or not request.member_id:
-        return _error(INVALID_REQUEST, "a share acknowledgement needs a group id and a member id")
+    acks = acknowledgements(request.topics)
+    refused = refusal(ctx, request, acks)
+    if refused is not None:
+        return _error(*refused)
     if request.share_session_epoch == INITIAL_EPOCH:  # only ShareFetch opens a session
         return _error(INVALID_SHARE_SESSION_EPOCH)
-    acks = acknowledgements(request.topics)
-    if bad_types(acks, ctx.version >= 2 and request.is_renew_ack):
-        return _error(INVALID_REQUEST, "acknowledge type RENEW only in a renewing request")
     error, session = share.sessions.use(request.group_id, request.member_id, request.share_session_epoch)
     if error:
         return _error(error)

@@ -1,6 +1,7 @@
 """What ShareFetch and ShareAcknowledge share: their acknowledgement batches, share sessions, leader
 hints for partitions that moved, and the answer's shape (partitions grouped by topic id)."""
-from pybroker.protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+from pybroker.protocol.errors import (GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED,
+                                      UNKNOWN_TOPIC_ID)
 from pybroker.security import acl as A
 from pybroker.share.sessions import INITIAL_EPOCH
 
@@ -18,6 +19,18 @@ def acknowledgements(topics) -> dict:
 
 
 RENEW = 4
+
+
+def refusal(ctx, request, acks: dict) -> tuple[int, str | None] | None:
+    """Why a ShareFetch or ShareAcknowledge is refused as a whole (before its session is touched), or None."""
+    authz = ctx.authorizer
+    if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
+        return GROUP_AUTHORIZATION_FAILED, None
+    if not request.group_id or not request.member_id:
+        return INVALID_REQUEST, "a share group request needs a group id and a member id"
+    if bad_types(acks, ctx.version >= 2 and request.is_renew_ack):
+        return INVALID_REQUEST, "acknowledge type RENEW only in a renewing request"
+    return None
 
 
 def bad_types(acks: dict, renewing: bool) -> bool:

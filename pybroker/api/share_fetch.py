@@ -2,9 +2,9 @@
 with its acknowledgements of earlier records piggybacked. Records come back as the log's batches with
 the ranges acquired for this member (pybroker/share/manager.py); the client skips the rest."""
 from pybroker.api.leader_hints import LeaderHints
-from pybroker.api.share_common import (acknowledgements, apply_acknowledgements, bad_types, group_error,
-                                       open_or_use_session, partitions_by_topic)
-from pybroker.protocol.errors import (GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, NOT_LEADER_OR_FOLLOWER,
+from pybroker.api.share_common import (acknowledgements, apply_acknowledgements, group_error, open_or_use_session,
+                                       partitions_by_topic, refusal)
+from pybroker.protocol.errors import (INVALID_REQUEST, NOT_LEADER_OR_FOLLOWER,
                                       TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID)
 from pybroker.protocol.messages import RESPONSES
 from pybroker.security import acl as A
@@ -22,17 +22,14 @@ Response = RESPONSES[API_KEY]
 async def handle(ctx, request):
     share = ctx.services.share
     authz = ctx.authorizer
-    if authz is not None and not authz.allowed(ctx, A.READ, A.GROUP, request.group_id):
-        return _error(GROUP_AUTHORIZATION_FAILED)
-    if not request.group_id or not request.member_id:
-        return _error(INVALID_REQUEST, "a share fetch needs a group id and a member id")
+    acks = acknowledgements(request.topics)
+    refused = refusal(ctx, request, acks)
+    if refused is not None:
+        return _error(*refused)
     error, message = group_error(ctx, request.group_id)
     if error:
         return _error(error, message)
-    acks = acknowledgements(request.topics)
     renewing = ctx.version >= 2 and request.is_renew_ack
-    if bad_types(acks, renewing):
-        return _error(INVALID_REQUEST, "acknowledge type RENEW only in a renewing request")
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH and acks:
         return _error(INVALID_REQUEST, "acknowledgements cannot open a share session")
