@@ -88,6 +88,9 @@ async def handle(ctx, request):
 
 
 def _respond(ctx, group_id: str, results: dict, hints: LeaderHints):
+    for pd in results.values():  # empty, never null: librdkafka drops a whole response with null records
+        if pd.records is None:
+            pd.records = b""
     topics = [Response.ShareFetchableTopicResponse(topic_id=t, partitions=ps)
               for t, ps in partitions_by_topic(results)]
     endpoints = [Response.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)

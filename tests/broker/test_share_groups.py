@@ -271,3 +271,26 @@ def test_classic_kip848_and_share_groups_side_by_side(broker):
             c.close()
     for name, counts in got.items():
         assert set(counts) == set(values) and max(counts.values()) == 1, name
+
+
+def test_a_fetch_acknowledging_one_partition_delivers_another_s_records_at_once(broker):
+    """The ShareFetch that acknowledges partition 0 acquires partition 1's new records: its answer names
+    partition 0 without records (empty, not null, or librdkafka drops the whole answer and partition 1's
+    records come back only when their locks run out, with delivery count 2)."""
+    topic = make_topic(broker.port, 2)
+    group = group_from_earliest(broker)
+    c = share_consumer(broker.bootstrap, group, topic)
+    counts = collections.defaultdict(list)
+    try:
+        fill(broker.bootstrap, topic, 1, 10)  # partition 0 only
+        assert poll_until([c], lambda: len(counts) == 10,
+                          on_message=lambda _, m: counts[(m.partition(), m.offset())].append(m.delivery_count()))
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        for i in range(10):
+            p.produce(topic, value=f"p1-{i}".encode(), partition=1)
+        assert p.flush(30) == 0
+        assert poll_until([c], lambda: len(counts) == 20, timeout=2.5,  # less than the 3 s lock duration
+                          on_message=lambda _, m: counts[(m.partition(), m.offset())].append(m.delivery_count()))
+    finally:
+        c.close()
+    assert all(n == [1] for n in counts.values()), {k: n for k, n in counts.items() if n != [1]}
