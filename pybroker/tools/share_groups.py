@@ -107,25 +107,8 @@ def _check_args(args) -> None:
 
 
 def _admin_conf(args) -> dict:
-    from pybroker.client import java_props
-    from pybroker.client.errors import ConfigError
-    from pybroker.properties import ConfigError as PropertiesError
-    from pybroker.properties import parse_properties
-    from pybroker.tools.wire import ToolError
-    timeout = max(1, args.timeout)
-    conf = {"bootstrap.servers": args.bootstrap_server, "client.id": "pybroker-share-groups",
-            "request.timeout.ms": timeout, "default.api.timeout.ms": timeout}
-    if not args.command_config:
-        return conf
-    try:
-        with open(args.command_config, encoding="utf-8", errors="replace") as f:
-            props = {k: v for k, v, _ in parse_properties(f.read(), args.command_config)
-                     if java_props.is_security_key(k)}
-        return {**conf, **java_props.translate(props)}
-    except OSError as exc:
-        raise ToolError(f"--command-config {args.command_config}: {exc.strerror or exc}") from None
-    except (ConfigError, PropertiesError) as exc:
-        raise ToolError(f"--command-config {args.command_config}: {exc}") from None
+    from pybroker.tools.wire import command_client_conf
+    return command_client_conf(args.bootstrap_server, args.command_config, args.timeout, "pybroker-share-groups")
 
 
 def _message(exc) -> str:

@@ -118,6 +118,28 @@ def command_security(path: str | None):
     return None if security.plaintext else security
 
 
+def command_client_conf(bootstrap: str, command_config: str | None, timeout_ms: int, client_id: str) -> dict:
+    """Settings of a tool's Admin/Consumer client: the bootstrap list, the timeouts, and the security keys
+    of its ``--command-config`` file (Kafka's client property names)."""
+    from pybroker.client import java_props
+    from pybroker.client.errors import ConfigError
+    from pybroker.properties import ConfigError as PropertiesError
+    from pybroker.properties import parse_properties
+    timeout = max(1, timeout_ms)
+    conf = {"bootstrap.servers": bootstrap, "client.id": client_id, "request.timeout.ms": timeout,
+            "default.api.timeout.ms": timeout}
+    if not command_config:
+        return conf
+    try:
+        with open(command_config, encoding="utf-8", errors="replace") as f:
+            props = {k: v for k, v, _ in parse_properties(f.read(), command_config) if java_props.is_security_key(k)}
+        return {**conf, **java_props.translate(props)}
+    except OSError as exc:
+        raise ToolError(f"--command-config {command_config}: {exc.strerror or exc}") from None
+    except (ConfigError, PropertiesError) as exc:
+        raise ToolError(f"--command-config {command_config}: {exc}") from None
+
+
 class Connection:
     """One broker connection: framing, correlation ids, negotiated versions."""
 
