@@ -113,6 +113,16 @@ class CoordinatorLink:
             self.lost()
         return body
 
+    async def send_leave(self, obj, version_range, timeout_s, what: str) -> None:
+        """Send a leave heartbeat (``what``: who leaves, for the logs); its answer or failure changes
+        nothing: the member is gone either way."""
+        try:
+            resp = await self.request(obj, version_range, timeout_s)
+            if resp.error_code:
+                log.debug("%s: leaving answered %s", what, error_for(resp.error_code).name)
+        except KafkaError as exc:
+            log.debug("%s: leaving failed: %s", what, exc)
+
     async def abort_busy(self) -> None:
         """Close the connection if a request waits on it (a parked JoinGroup must not delay a leave)."""
         if self.conn is not None and self.conn.in_flight:

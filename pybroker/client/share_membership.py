@@ -104,12 +104,8 @@ class ShareMembership:
             api = REQUESTS[SHARE_GROUP_HEARTBEAT]
             req = api(group_id=self.group_id, member_id=self.member_id, member_epoch=LEAVE_EPOCH)
             log.info("share group %s: member %s leaves (%s)", self.group_id, self.member_id, reason)
-            try:
-                resp = await self._link.request(req, HEARTBEAT_RANGE, self.config.seconds("request.timeout.ms"))
-                if resp.error_code:
-                    log.debug("share group %s: leaving answered %s", self.group_id, error_for(resp.error_code).name)
-            except KafkaError as exc:
-                log.debug("share group %s: leaving failed: %s", self.group_id, exc)
+            await self._link.send_leave(req, HEARTBEAT_RANGE, self.config.seconds("request.timeout.ms"),
+                                        f"share group {self.group_id}")
         self.member_epoch = JOIN_EPOCH
         self._incarnation += 1
         self._sent_topics = None

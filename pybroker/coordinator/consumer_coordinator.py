@@ -48,7 +48,7 @@ class HeartbeatResult:
     member_id: str | None = None
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
-    assignment: dict | None = None  # topic id -> frozenset of partitions, None: unchanged
+    assignment: dict | None = None  # topic id -> its partitions (a set or a sorted list); None: unchanged
 
 
 class ConsumerGroupCoordinator:

@@ -14,6 +14,7 @@ Membership lives in memory: after a coordinator move members hear UNKNOWN_MEMBER
 """
 from dataclasses import dataclass, field
 
+from pybroker.coordinator.consumer_coordinator import HeartbeatResult  # the answer KIP-848 heartbeats get
 from pybroker.protocol.errors import (FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NONE,
                                       UNKNOWN_MEMBER_ID)
 from pybroker.share.assignor import assign
@@ -22,16 +23,6 @@ EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"  # Kafka's ShareGroupState names
 GROUP_TYPE = "share"
 ASSIGNOR = "simple"
 JOIN_EPOCH, LEAVE_EPOCH = 0, -1
-
-
-@dataclass
-class HeartbeatResult:
-    error: int = NONE
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: dict | None = None  # topic id -> sorted list of partitions; None: unchanged since the last answer
 
 
 @dataclass(frozen=True)
