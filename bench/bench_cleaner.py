@@ -432,7 +432,7 @@ def wait_until_cleaning(pid: int, tid: int, timeout: float = 60) -> None:
 
 # what each kind of trial changes: (cleaner enabled, io max bytes/s, busy processes, renice the cleaner)
 KINDS = {"off": (False, 0, 0, False), "on": (True, 0, 0, False), "busy": (False, 0, 1, False),
-         "throttle": (True, None, 0, False), "nice": (True, 0, 0, True)}
+         "throttle": (True, None, 0, False), "nice": (True, 0, 0, True), "thread-idle": (True, 0, 0, "idle")}
 
 
 def trial(pristine: str, trial_dir: str, kind: str, args) -> dict:
@@ -447,7 +447,9 @@ def trial(pristine: str, trial_dir: str, kind: str, args) -> dict:
         tid = cleaner_tid(b.proc.pid)  # in every trial, so that every broker is paused alike
         if nice and tid is None:
             raise RuntimeError("the nice trials need py-spy to find the cleaner thread")
-        if nice:  # what the cleaner thread could do to itself: os.setpriority on its native id
+        if nice == "idle":  # the whole cleaner thread in SCHED_IDLE, GIL and all (as before the helper thread)
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        elif nice:  # what the cleaner thread could do to itself: os.setpriority on its native id
             os.setpriority(os.PRIO_PROCESS, tid, 19)
         wait_for_leader(b.bootstrap, [LOAD])
         if cleaner and tid is not None:  # without py-spy the produce may start before the cleaning

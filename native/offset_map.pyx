@@ -15,6 +15,11 @@ from libc.string cimport memcpy, memset
 from posix.mman cimport MAP_ANONYMOUS, MAP_FAILED, MAP_PRIVATE, PROT_READ, PROT_WRITE, mmap, munmap
 from varint cimport VARINT_OK, VARINT_TRUNCATED, read_zigzag
 
+cdef extern from "idle_worker.h" nogil:
+    int pb_idle_start()
+    void pb_idle_run(void (*fn)(void *) noexcept nogil, void *arg)
+    void pb_idle_stop()
+
 from pybroker.compression import compress, decompress
 from pybroker.contracts.offset_map import DEFAULT_LOAD_FACTOR, FillResult, RetainResult
 from pybroker.errors import CorruptRecordError
@@ -368,6 +373,43 @@ cdef str _reason(Walk *w):
     return f"error {k}"
 
 
+ctypedef struct WalkJob:
+    Table *t
+    const uint8_t *p
+    Py_ssize_t n
+    Walk *w
+    Retain *r
+    Pick *k
+    Out *o
+    int code
+
+
+cdef void walk_job(void *arg) noexcept nogil:
+    cdef WalkJob *j = <WalkJob *>arg
+    j.code = walk(j.t, j.p, j.n, j.w)
+
+
+cdef void retain_job(void *arg) noexcept nogil:
+    cdef WalkJob *j = <WalkJob *>arg
+    j.code = retain_walk(j.t, j.p, j.n, j.w, j.r, j.k, j.o)
+
+
+def start_idle_helper():
+    """From now on this thread's batch walks run at the lowest CPU priority (SCHED_IDLE), on a helper
+    thread of its own that never holds the GIL; the caller keeps its priority (see idle_worker.h)."""
+    cdef int err
+    with nogil:  # the helper lowers its priority before this returns: wait without the GIL
+        err = pb_idle_start()
+    if err:
+        raise OSError(err, "cannot start the idle-priority helper thread")
+
+
+def stop_idle_helper():
+    """Ends this thread's helper; later walks run on the calling thread."""
+    with nogil:
+        pb_idle_stop()
+
+
 cdef class OffsetMap:
     """Key hash -> last offset; see pybroker/contracts/offset_map.py."""
     cdef Table t
@@ -466,6 +508,7 @@ cdef class OffsetMap:
         cdef Py_ssize_t sn
         cdef bytes section, packed
         cdef int64_t *keep = NULL
+        cdef WalkJob job
         keep_list = sorted(set(keep_empty))
         memset(&w, 0, sizeof(Walk))
         memset(&r, 0, sizeof(Retain))
@@ -483,9 +526,11 @@ cdef class OffsetMap:
                 for i in range(len(keep_list)):
                     keep[i] = keep_list[i]
             r.keep_empty, r.n_keep_empty = keep, len(keep_list)
+            job.t, job.p, job.n, job.w, job.r, job.k, job.o = &self.t, <const uint8_t *>view.buf, view.len, &w, &r, &k, &o
             while True:
                 with nogil:
-                    code = retain_walk(&self.t, <const uint8_t *>view.buf, view.len, &w, &r, &k, &o)
+                    pb_idle_run(retain_job, &job)
+                code = job.code
                 if code != W_COMPRESSED:
                     break
                 # a compressed batch: decompress, choose, recompress with its codec (the GIL is needed)
@@ -546,16 +591,20 @@ cdef class OffsetMap:
         cdef bytes section
         cdef const uint8_t *sp
         cdef Py_ssize_t sn
+        cdef WalkJob job
         if start_offset < 0 or start_offset > stop_offset:
             raise ValueError(f"bad offset range [{start_offset}, {stop_offset})")
         memset(&w, 0, sizeof(Walk))
         w.start = w.covered = start_offset
         w.stop = stop_offset
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        memset(&job, 0, sizeof(WalkJob))
+        job.t, job.p, job.n, job.w = &self.t, <const uint8_t *>view.buf, view.len, &w
         try:
             while True:
                 with nogil:
-                    r = walk(&self.t, <const uint8_t *>view.buf, view.len, &w)
+                    pb_idle_run(walk_job, &job)
+                r = job.code
                 if r != W_COMPRESSED:
                     break
                 raw = (<const char *>view.buf)[w.pos + HEADER_SIZE:w.end]

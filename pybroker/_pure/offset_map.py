@@ -80,6 +80,15 @@ def _batch_header(view, pos: int, n: int) -> tuple:
     return base, length, magic, attributes, lod, count
 
 
+def start_idle_helper() -> None:
+    """Nothing here: these walks hold the GIL, so they stay on the calling thread at its priority (a
+    thread at a lowered priority holding the GIL would stall every other thread of the process)."""
+
+
+def stop_idle_helper() -> None:
+    """Nothing to stop."""
+
+
 class OffsetMap:
     def __init__(self, memory_bytes: int, load_factor: float = DEFAULT_LOAD_FACTOR):
         memory_bytes = operator.index(memory_bytes)

@@ -104,3 +104,10 @@ class OffsetMapModule(Protocol):
     # raise CorruptRecordError unless every record of the uncompressed v2 batches parses whole (key, value,
     # headers, nothing left over), as Kafka's record reader requires; compressed batches are not opened
     def check_records(self, buf) -> None: ...
+
+    # from now on the calling thread's batch walks run at the lowest CPU priority where they hold no GIL
+    # (native: on a SCHED_IDLE helper thread of its own; pure: nothing, its walks hold the GIL)
+    def start_idle_helper(self) -> None: ...
+
+    # ends the calling thread's helper: its walks run on it again
+    def stop_idle_helper(self) -> None: ...

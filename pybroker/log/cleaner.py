@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "cleaner-offset-checkpoint"
 CHUNK_BYTES = 8 << 20  # a segment is read and cleaned this many bytes (whole batches) at a time
-CLEANER_NICENESS = 19  # where SCHED_IDLE is missing: the lowest nice value (Linux: per thread)
 TRANSACTIONAL, CONTROL = 0x10, 0x20
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 _ATTRIBUTES = struct.Struct(">hi")  # attributes @21, last offset delta @23
@@ -307,21 +306,6 @@ def _without_aborted(view, start: int, stop: int, aborted: list):
         yield run, stop
 
 
-def lower_priority_of_this_thread() -> None:
-    """Background work: the cleaner runs on CPU time nobody else wants (Linux SCHED_IDLE, so a woken
-    request-serving thread takes the core at once), else at the lowest nice value."""
-    tid = threading.get_native_id()
-    try:
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (OSError, AttributeError):
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, CLEANER_NICENESS)
-    except (OSError, AttributeError):
-        pass
-
-
 def read_checkpoint(log_dir: str) -> dict:
     """The first dirty offset of each log of ``log_dir`` (empty when there is no readable checkpoint)."""
     try:
@@ -414,17 +398,24 @@ class LogCleaner:
     # ---- work -------------------------------------------------------------------------------
 
     def _run(self, cleaner: Cleaner) -> None:
-        lower_priority_of_this_thread()
-        while not self._stopping.is_set():
-            try:
-                worked = self.clean_once(cleaner)
-            except Exception:
-                log.exception("log cleaner failed; it goes on after its backoff")
-                worked = False
-            if not worked:
-                with self._wake:
-                    if not self._stopping.is_set():
-                        self._wake.wait(self.settings.backoff_ms / 1000)
+        # the batch walks run on CPU time nobody else wants; this thread keeps its priority, as it takes the GIL
+        try:
+            core.offset_map.start_idle_helper()
+        except OSError as exc:
+            log.warning("log cleaner runs at normal priority: %s", exc)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    worked = self.clean_once(cleaner)
+                except Exception:
+                    log.exception("log cleaner failed; it goes on after its backoff")
+                    worked = False
+                if not worked:
+                    with self._wake:
+                        if not self._stopping.is_set():
+                            self._wake.wait(self.settings.backoff_ms / 1000)
+        finally:
+            core.offset_map.stop_idle_helper()
 
     def grab_dirtiest(self, now: int) -> Cleanable | None:
         """The log to clean next, marked in progress; None when no log needs cleaning."""

@@ -1,4 +1,5 @@
-"""bench/compare.py and bench/bench_iceberg.py end to end: tiny workloads against real brokers.
+"""bench/compare.py, bench/bench_iceberg.py and bench/bench_cleaner_stall.py end to end: tiny workloads against
+real brokers.
 
 No timing assertions: only that the tools run, measure something and write their outputs.
 """
@@ -13,6 +14,7 @@ from tests.broker import ROOT
 
 COMPARE = os.path.join(ROOT, "bench", "compare.py")
 BENCH_ICEBERG = os.path.join(ROOT, "bench", "bench_iceberg.py")
+BENCH_STALL = os.path.join(ROOT, "bench", "bench_cleaner_stall.py")
 
 
 def test_compare_against_one_broker(broker, tmp_path):
@@ -78,3 +80,13 @@ def test_bench_iceberg_translation_and_produce_parts(tmp_path):
     assert all(r["mb_s"] > 0 and r["records"] == 2_000_000 // 1024 for r in rounds)
     assert result["part3"]["medians"]["on_over_off"] > 0
     assert "part2" not in result and "part4" not in result
+
+
+def test_bench_cleaner_stall_measures_a_cleaning_broker(tmp_path):
+    done = subprocess.run([sys.executable, BENCH_STALL, "--kinds", "helper", "--repeat", "1", "--seconds", "2",
+                           "--hogs", "1", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = [line.split() for line in done.stdout.splitlines() if line.startswith("helper ") and "sends" in line]
+    assert int(row[1]) > 0 and "medians over 1 rounds" in done.stdout, done.stdout
+    assert os.listdir(tmp_path) == []  # the broker's data went with it

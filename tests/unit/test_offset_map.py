@@ -401,3 +401,59 @@ def test_check_records_names_what_kafka_refuses(impl):
         assert why in _outcome(impl, buf)
     compressed = bytearray(build_batch([Record(b"v")], attributes=1))
     impl.check_records(compressed)  # not opened: compressed batches are checked by their readers
+
+
+# ---------------------------------------------------------------- the idle-priority helper
+
+SCHED_OTHER, SCHED_IDLE = 0, 5
+
+
+def _policies() -> dict:
+    """{thread id: scheduling policy} of this process's threads (/proc: stat field 41)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[38])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that just ended
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_walks_on_the_idle_helper_agree_and_the_caller_keeps_its_priority():
+    """The cleaner thread takes the GIL, so only its GIL-free walks may run at SCHED_IDLE: on a helper thread
+    that exists between start and stop, while the calling thread stays SCHED_OTHER."""
+    import threading
+    buf = b"".join(sample_log()[:1] + [bytes(build_batch([Record(b"v%d" % i, b"k%d" % (i % 7)) for i in range(50)],
+                                                         base_offset=5))])
+    inline = native.OffsetMap(24 * 100)
+    filled = tuple(inline.add_batches(buf, 0, 100))
+    expected = (filled, inline.size, tuple(native.OffsetMap(24 * 100).retain(buf, 0, 0)))
+    seen = {}
+
+    def on_a_cleaner_thread():
+        me = threading.get_native_id()
+        before = set(_policies())
+        native.start_idle_helper()
+        native.start_idle_helper()  # a second start keeps the one helper
+        try:
+            helpers = {t: p for t, p in _policies().items() if t not in before}
+            m = native.OffsetMap(24 * 100)
+            filled = tuple(m.add_batches(buf, 0, 100))
+            # retain on a fresh map over the same keys, as a cleaning does after its map pass
+            seen["walks"] = (filled, m.size, tuple(native.OffsetMap(24 * 100).retain(buf, 0, 0)))
+            seen["helpers"], seen["caller"] = helpers, _policies()[me]
+        finally:
+            native.stop_idle_helper()
+        seen["after"] = {t for t in _policies() if t not in before and t != me}
+
+    t = threading.Thread(target=on_a_cleaner_thread)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    assert seen["walks"] == expected
+    assert list(seen["helpers"].values()) == [SCHED_IDLE] and seen["caller"] == SCHED_OTHER
+    assert seen["after"] == set()  # stop ended the helper
+    pure.start_idle_helper()  # the pure twin's walks hold the GIL: nothing to start or stop
+    pure.stop_idle_helper()
