@@ -109,6 +109,11 @@ class Worker:
         if want != self.paused:
             if want - self.paused:
                 self.consumer.pause(sorted(want - self.paused))
+                # nothing more of them in memory: prefetched and in-flight fetches are dropped, read again on resume
+                for t, p in want - self.paused:
+                    state = self.writers[t].partitions.get(p)
+                    if state is not None and state.position is not None:
+                        self.consumer.seek((t, p), state.position)
             if self.paused - want:
                 self.consumer.resume(sorted(self.paused - want))
             self.paused = want
