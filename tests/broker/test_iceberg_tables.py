@@ -153,8 +153,8 @@ def _metric(port: int, name: str, topic: str, **labels) -> float:
 
 
 def _settled_failures(port: int, topic: str) -> float:
-    """Failed commits so far, once the worker has reported its first commit: a commit can fail before a
-    test's outage (e.g. behind the test's own read of the catalog) and succeed on retry."""
+    """Failed commits so far, once the worker has reported its first commit: an outage's failures are
+    counted from there, whatever happened before it."""
     assert wait_until(lambda: _metric(port, "pybroker_iceberg_commits_total", topic) >= 1, timeout=30)
     return _metric(port, "pybroker_iceberg_failures_total", topic)
 
