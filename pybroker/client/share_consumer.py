@@ -20,6 +20,11 @@ from poll/commit/close on the application's thread. ``close`` sends what is pend
 fetched but not delivered (and, in explicit mode, what was delivered but not acknowledged), closes the
 share sessions (epoch -1) and leaves the group (epoch -1).
 
+``share.acquire.mode``: ``batch_optimized`` (the default) lets a leader acquire whole batches for the
+member, up to about ``max.poll.records``; ``record_limit`` (KIP-1206, ShareFetch v2) never more than
+``max.poll.records`` records per fetch, cutting batches, so a slow member holds no more locks than it
+will process.
+
 Where a share group starts reading is a group config (``share.auto.offset.reset``, latest by default),
 as are the isolation level and the lock duration: ``AdminClient.incremental_alter_configs`` on the
 GROUP resource, or ``pybroker configs``. Membership: ``share_membership``; sessions and fetching:
@@ -57,6 +62,7 @@ CLOSE_TIMEOUT_MS = 30000
 SHARE_CONSUMER_KEYS = {
     "group.id": (str, None),
     "share.acknowledgement.mode": (str, "implicit", ("implicit", "explicit")),
+    "share.acquire.mode": (str, "batch_optimized", ("batch_optimized", "record_limit")),
     "fetch.min.bytes": (int, 1, 0),
     "fetch.max.wait.ms": (int, 500, 0),
     "fetch.max.bytes": (int, 52428800, 0),

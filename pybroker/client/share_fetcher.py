@@ -35,7 +35,9 @@ from pybroker.protocol.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
-SHARE_FETCH_RANGE = (1, 1)  # v2 (KIP-1222: renewals, acquire modes) is not used
+SHARE_FETCH_RANGE = (1, 1)  # v2 only for share.acquire.mode=record_limit (KIP-1206); renewals are not used
+RECORD_LIMIT_FETCH_RANGE = (2, 2)
+RECORD_LIMIT = 1  # ShareAcquireMode: at most max_records records acquired, batches cut (0: whole batches)
 SHARE_ACKNOWLEDGE_RANGE = (1, 1)
 SESSION_ERRORS = frozenset({ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH})
 LEADER_MOVED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
@@ -263,7 +265,9 @@ class ShareFetcher:
         """Send one request of the session and handle its answer."""
         max_wait_ms = self.config["fetch.max.wait.ms"]
         if fetch:
-            obj, api_range = self._share_fetch(sreq, send, max_wait_ms), SHARE_FETCH_RANGE
+            record_limit = self.config["share.acquire.mode"] == "record_limit"
+            obj = self._share_fetch(sreq, send, max_wait_ms, RECORD_LIMIT if record_limit else 0)
+            api_range = RECORD_LIMIT_FETCH_RANGE if record_limit else SHARE_FETCH_RANGE
         else:
             obj, api_range = self._share_acknowledge(sreq, send), SHARE_ACKNOWLEDGE_RANGE
         timeout = self.config.seconds("request.timeout.ms") + (max_wait_ms / 1000 if fetch else 0)
@@ -302,7 +306,7 @@ class ShareFetcher:
         """No answer: the connection (and with it the session on the leader) is dropped."""
         self.acks.complete(send.keys, send.acks, {}, exc)
         if exc.code == ErrorCode.UNSUPPORTED_VERSION:
-            self._fail(KafkaError(exc.code, f"broker {leader.node} does not support share groups: {exc.message}",
+            self._fail(KafkaError(exc.code, f"broker {leader.node} cannot serve this share consumer: {exc.message}",
                                   retriable=False))
             return
         log.info("share group %s: request to broker %d failed: %s", self.group_id, leader.node, exc)
@@ -406,7 +410,7 @@ class ShareFetcher:
 
     # ---- requests ----------------------------------------------------------------------------------
 
-    def _share_fetch(self, sreq, send, max_wait_ms: int):
+    def _share_fetch(self, sreq, send, max_wait_ms: int, acquire_mode: int):
         api = REQUESTS[SHARE_FETCH]
         ids = self._topic_ids()
         parts: dict = {}  # topic id -> {partition: [batches]}
@@ -422,7 +426,7 @@ class ShareFetcher:
         return api(group_id=self.group_id, member_id=self._member_id(), share_session_epoch=sreq.epoch,
                    max_wait_ms=max_wait_ms, min_bytes=self.config["fetch.min.bytes"],
                    max_bytes=self.config["fetch.max.bytes"], max_records=max_records, batch_size=max_records,
-                   topics=[api.FetchTopic(topic_id=tid, partitions=[
+                   share_acquire_mode=acquire_mode, topics=[api.FetchTopic(topic_id=tid, partitions=[
                        api.FetchPartition(partition_index=p, acknowledgement_batches=[
                            api.AcknowledgementBatch(first_offset=f, last_offset=la, acknowledge_types=types)
                            for f, la, types in batches]) for p, batches in sorted(ps.items())])

@@ -382,3 +382,31 @@ def test_cli_describes_and_resets_a_share_group(broker):
     assert r.returncode == 0 and f"('{group}') was successful" in r.stdout, r
     r = cli(broker, "--describe", "--group", group)
     assert r.returncode == 1 and "does not exist" in r.stdout, r
+
+
+def test_record_limit_acquires_no_more_than_max_poll_records(broker):
+    """share.acquire.mode=record_limit (ShareFetch v2): a member polling 3 records holds 3, so another member
+    gets the rest of that batch at once; in batch_optimized mode the first member holds the whole batch."""
+    topic = make_topic(broker, 1)
+    fill(broker, topic, 1, 40)  # batches of 10 records
+
+    def first_offsets(mode: str) -> tuple:
+        group = share_group(broker)
+        held = consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 3,
+                                                 "share.acquire.mode": mode})
+        other = consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit"})
+        try:
+            got = []
+            poll_until([held], lambda: bool(got), on_record=lambda c, r: got.append(r.offset))
+            later = []
+            poll_until([other], lambda: bool(later), on_record=lambda c, r: later.append(r.offset))
+            return got, min(later)
+        finally:
+            held.close()
+            other.close()
+
+    assert first_offsets("record_limit") == ([0, 1, 2], 3)
+    got, next_free = first_offsets("batch_optimized")
+    assert got == [0, 1, 2] and next_free == 10  # the first member's fetch acquired offsets 0-9
+    with pytest.raises(ValueError, match="share.acquire.mode"):
+        ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "share.acquire.mode": "strict"})
