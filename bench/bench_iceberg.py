@@ -43,11 +43,9 @@ confluent-kafka producer processes with the knobs in PRODUCER (printed); MB are 
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -59,6 +57,7 @@ for _path in (ROOT, BENCH):
 
 from cluster_clients import delivery_tally, send_blocking  # noqa: E402
 from measure import PRODUCER, cpu_seconds, in_turn, run_json  # noqa: E402
+from scratch_broker import ScratchBroker  # noqa: E402
 
 PARTITIONS = 4
 RECORD = 1024
@@ -78,47 +77,23 @@ POOL_BYTES = 64 << 20  # random bytes the record values are cut from
 
 # ---- the broker, its worker and its catalog ------------------------------------------------------
 
-class Broker:
+class Broker(ScratchBroker):
     """A fresh broker with its translation worker running (a warm topic translated)."""
 
     def __init__(self):
-        from tests.broker import BrokerProcess
-        self.tmp = tempfile.mkdtemp(prefix="pybroker-bench-iceberg-")
-        self.data_dir = os.path.join(self.tmp, "data")
-        self.proc = BrokerProcess(self.data_dir, BROKER_OVERRIDES)
+        super().__init__("pybroker-bench-iceberg-", BROKER_OVERRIDES)
         self.catalog = None
         self.worker = None
 
-    def __enter__(self) -> "Broker":
-        try:
-            self.proc.start()
-            from tests.icebergutil import catalog
-            self.catalog = catalog(self.data_dir)
-            create_topic(self.bootstrap, WARM_TOPIC, 1, {"iceberg.mode": "key_value",
-                                                         "iceberg.target.lag.ms": str(FAST_LAG_MS)})
-            produce_few(self.bootstrap, WARM_TOPIC, 1)
-            if wait_covered(self.progress(WARM_TOPIC), {0: 1}, 120) is None:
-                raise RuntimeError(f"the warm topic's table did not appear; broker stderr: {self.stderr()}")
-            self.worker = worker_pid(self.proc.proc.pid)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.proc.stop()
-        finally:
-            self.proc.close()
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.proc.bootstrap
-
-    @property
-    def pid(self) -> int:
-        return self.proc.proc.pid
+    def ready(self) -> None:
+        from tests.icebergutil import catalog
+        self.catalog = catalog(self.data_dir)
+        create_topic(self.bootstrap, WARM_TOPIC, 1, {"iceberg.mode": "key_value",
+                                                     "iceberg.target.lag.ms": str(FAST_LAG_MS)})
+        produce_few(self.bootstrap, WARM_TOPIC, 1)
+        if wait_covered(self.progress(WARM_TOPIC), {0: 1}, 120) is None:
+            raise RuntimeError(f"the warm topic's table did not appear; broker stderr: {self.stderr()}")
+        self.worker = worker_pid(self.pid)
 
     def stderr(self) -> str:
         return self.proc.stderr()[-2000:]

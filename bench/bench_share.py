@@ -71,6 +71,7 @@ for _path in (ROOT, BENCH):
         sys.path.insert(0, _path)
 
 from measure import cpu_seconds, in_turn, run_json  # noqa: E402
+from scratch_broker import ScratchBroker  # noqa: E402
 
 CLIENTS = os.path.join(BENCH, "cluster_clients.py")
 PARTITIONS = 4
@@ -105,45 +106,20 @@ SMOKE = {"records": 2000, "runs": 1, "share": "1,2", "group": "1,2", "latency_ra
 
 # ---- the broker --------------------------------------------------------------------------------
 
-class Broker:
-    """A fresh ``pybroker serve`` with /metrics on; stopped and its data removed on exit."""
+class Broker(ScratchBroker):
+    """A fresh ``pybroker serve`` with /metrics on."""
 
     def __init__(self, extra: dict):
-        from tests.broker import BrokerProcess
         from tests.cluster import free_ports
-        self.tmp = tempfile.mkdtemp(prefix="pybroker-bench-share-")
         self.metrics_port = free_ports(1)[0]
         self.overrides = {**BROKER_OVERRIDES, **extra}
-        self.proc = BrokerProcess(os.path.join(self.tmp, "data"), {
+        super().__init__("pybroker-bench-share-", {
             **self.overrides, "metrics.listener": f"http://127.0.0.1:{self.metrics_port}"})
-
-    def __enter__(self) -> "Broker":
-        try:
-            self.proc.start()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            self.proc.stop()
-        finally:
-            self.proc.close()
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.proc.bootstrap
-
-    @property
-    def port(self) -> int:
-        return self.proc.port
 
     def cpu(self) -> tuple[float, float]:
         """(utime+stime from /proc/<pid>/stat, in 10 ms ticks; the sum of its threads' schedstat run times,
         to the nanosecond but missing threads that ended in between), in seconds."""
-        pid = self.proc.proc.pid
+        pid = self.pid
         ns = 0
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:

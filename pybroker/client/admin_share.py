@@ -30,6 +30,20 @@ def _by_topic(tps) -> dict:
     return {t: sorted(set(ps)) for t, ps in sorted(out.items())}
 
 
+def _per_partition(topics, value) -> tuple[dict, dict]:
+    """An answer's partitions: ``{tp: value(partition)}`` of those without error, ``{tp: KafkaError}`` of
+    the others."""
+    results, errors = {}, {}
+    for t in topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.topic_name, p.partition_index)
+            if p.error_code:
+                errors[tp] = error_for(p.error_code, p.error_message)
+            else:
+                results[tp] = value(p)
+    return results, errors
+
+
 class ShareGroupAdmin:
     """Share-group calls of AsyncAdminClient (uses its ``cluster``, ``_groups`` and ``_finish``)."""
 
@@ -79,14 +93,8 @@ class ShareGroupAdmin:
             return g.error_code, g.error_message
         resp = await self._share_call(group_id, req, check)
         g = next(g for g in resp.groups if g.group_id == group_id)
-        results, errors = {}, {}
-        for t in g.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.topic_name, p.partition_index)
-                if p.error_code:
-                    errors[tp] = error_for(p.error_code, p.error_message)
-                else:
-                    results[tp] = SharePartitionOffsetInfo(p.start_offset, p.leader_epoch, getattr(p, "lag", -1))
+        results, errors = _per_partition(g.topics, lambda p: SharePartitionOffsetInfo(
+            p.start_offset, p.leader_epoch, getattr(p, "lag", -1)))
         return self._finish(results, errors)
 
     async def alter_share_group_offsets(self, group_id: str, offsets: dict) -> dict:
@@ -102,14 +110,7 @@ class ShareGroupAdmin:
         req = api(group_id=group_id, topics=[api.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
                                              for t, ps in by_topic.items()])
         resp = await self._share_call(group_id, req, lambda b: (b.error_code, b.error_message))
-        results, errors = {}, {}
-        for t in resp.responses:
-            for p in t.partitions:
-                tp = TopicPartition(t.topic_name, p.partition_index)
-                if p.error_code:
-                    errors[tp] = error_for(p.error_code, p.error_message)
-                else:
-                    results[tp] = True
+        results, errors = _per_partition(resp.responses, lambda p: True)
         for tp in offsets:
             if tp not in results and tp not in errors:
                 errors[tp] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the broker sent no result for it",

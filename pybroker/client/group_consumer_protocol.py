@@ -56,6 +56,18 @@ def new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def take_heartbeat(member, resp, kind: str) -> None:
+    """A heartbeat answered without error (KIP-848 and share groups): the member's epoch, the interval the
+    coordinator asks for, and the join done. ``kind`` names the group in the log ("group", "share group")."""
+    member.member_epoch = resp.member_epoch
+    if resp.heartbeat_interval_ms > 0:
+        member._interval_s = resp.heartbeat_interval_ms / 1000
+        member._next_heartbeat = time.monotonic() + member._interval_s
+    if member.state == JOINING:
+        member.state = STABLE
+        log.info("%s %s: joined as %s with epoch %d", kind, member.group_id, member.member_id, member.member_epoch)
+
+
 class _SentFields:
     """What the last heartbeat told the coordinator; None means "not told": send it."""
 
@@ -285,13 +297,7 @@ class ConsumerProtocolMembership(MembershipLifecycle):
             return
         if resp.member_id:
             self.member_id = resp.member_id
-        self.member_epoch = resp.member_epoch
-        if resp.heartbeat_interval_ms > 0:
-            self._interval_s = resp.heartbeat_interval_ms / 1000
-            self._next_heartbeat = time.monotonic() + self._interval_s
-        if self.state == JOINING:
-            self.state = STABLE
-            log.info("group %s: joined as %s with epoch %d", self.group_id, self.member_id, self.member_epoch)
+        take_heartbeat(self, resp, "group")
         if resp.assignment is not None:
             self._target = {(t.topic_id, p) for t in resp.assignment.topic_partitions for p in t.partitions}
             self._target_epoch = resp.member_epoch

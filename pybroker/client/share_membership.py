@@ -22,7 +22,7 @@ import time
 from pybroker.client.cluster import backoff_s
 from pybroker.client.errors import KafkaError, error_for
 from pybroker.client.group import CoordinatorLink
-from pybroker.client.group_consumer_protocol import new_member_id
+from pybroker.client.group_consumer_protocol import new_member_id, take_heartbeat
 from pybroker.client.types import TopicPartition
 from pybroker.protocol import REQUESTS
 from pybroker.protocol.errors import ErrorCode
@@ -196,13 +196,7 @@ class ShareMembership:
         if topics is not None:
             self._sent_topics = list(topics)
         self._sent_rack = True
-        self.member_epoch = resp.member_epoch
-        if resp.heartbeat_interval_ms > 0:
-            self._interval_s = resp.heartbeat_interval_ms / 1000
-            self._next_heartbeat = time.monotonic() + self._interval_s
-        if self.state == JOINING:
-            self.state = STABLE
-            log.info("share group %s: joined as %s with epoch %d", self.group_id, self.member_id, self.member_epoch)
+        take_heartbeat(self, resp, "share group")
         if resp.assignment is not None:
             self._target = {(t.topic_id, p) for t in resp.assignment.topic_partitions for p in t.partitions}
 
